@@ -1,0 +1,50 @@
+"""capjudge: turn any vision-language model into a judge of image captions.
+
+>>> from capjudge import Judge, Sample
+>>> judge = Judge("fleur", "hf:llava-hf/llava-1.5-13b-hf")        # doctest: +SKIP
+>>> judge.score(Sample("cat.jpg", "A cat sleeping on a sofa."))      # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Judge",
+    "Sample",
+    "ScoreResult",
+    "PairResult",
+    "load_backend",
+    "list_methods",
+    "get_method",
+    "register_template",
+    "__version__",
+]
+
+# Imported lazily so that `import capjudge` stays light (no torch, no openai) until used.
+_LAZY = {
+    "Judge": "capjudge.judges.judge",
+    "Sample": "capjudge.types",
+    "ScoreResult": "capjudge.types",
+    "PairResult": "capjudge.types",
+    "load_backend": "capjudge.backends.registry",
+    "list_methods": "capjudge.prompts.registry",
+    "get_method": "capjudge.prompts.registry",
+    "register_template": "capjudge.prompts.registry",
+}
+
+if TYPE_CHECKING:
+    from capjudge.backends.registry import load_backend
+    from capjudge.judges.judge import Judge
+    from capjudge.prompts.registry import get_method, list_methods, register_template
+    from capjudge.types import PairResult, Sample, ScoreResult
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'capjudge' has no attribute {name!r}")

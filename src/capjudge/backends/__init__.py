@@ -1,0 +1,1 @@
+"""Backends: VLMs that answer chat requests with text and token log-probabilities."""

@@ -1,0 +1,234 @@
+"""The backend contract: chat requests in, text and per-token log-probabilities out.
+
+Backends know nothing of captions. A judge hands a backend a list of :class:`Request` (all the
+captions of one image at once, so a backend may reuse the image prefix) and gets back, for each, a
+:class:`Completion` or the exception that request raised: one failing request never loses the others.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+from collections.abc import Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from capjudge.images import LoadedImage
+
+Role = Literal["system", "user", "assistant"]
+
+DIGITS = tuple(str(d) for d in range(10))
+
+
+class BackendError(RuntimeError):
+    """A request failed in the backend (model error, server refusal, prompt too long, ...)."""
+
+
+class ContextLengthError(BackendError):
+    """The prompt does not fit the model's context window."""
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat turn. ``images`` are shown before the text (the LLaVA convention)."""
+
+    role: Role
+    content: str
+    images: tuple[LoadedImage, ...] = ()
+
+
+@dataclass(frozen=True)
+class GenerationConfig:
+    """How to decode. ``temperature=0`` is greedy; ``top_logprobs>0`` asks for per-step alternatives
+    (and, where the backend can, the exact probabilities of the digit tokens 0-9)."""
+
+    max_new_tokens: int = 64
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_logprobs: int = 0
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    n: int = 1
+
+    @property
+    def deterministic(self) -> bool:
+        """Greedy decoding: the same request always gives the same answer."""
+        return self.temperature == 0.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """A chat to continue. ``sample_index`` distinguishes repeated stochastic draws (cache key)."""
+
+    messages: tuple[Message, ...]
+    config: GenerationConfig = GenerationConfig()
+    sample_index: int | None = None
+
+    @property
+    def images(self) -> list[LoadedImage]:
+        """Every image in the conversation, in order."""
+        return [img for m in self.messages for img in m.images]
+
+    def fingerprint(self) -> dict[str, Any]:
+        """Everything about the request that changes the answer (image by content hash, not path)."""
+        return {
+            "messages": [
+                {"role": m.role, "content": m.content, "images": [i.sha256 for i in m.images]}
+                for m in self.messages
+            ],
+            "config": asdict(self.config),
+            "sample_index": self.sample_index,
+        }
+
+
+@dataclass(frozen=True)
+class TokenStep:
+    """One generated token.
+
+    ``logprob`` is the chosen token's log-probability; ``top`` the most likely alternatives as
+    ``(token text, logprob)``; ``digits`` the log-probabilities of the tokens "0".."9" under the full
+    softmax when the backend can compute them exactly (HF, llama.cpp), else ``None`` (API backends,
+    where digits come from ``top`` and absent ones count as probability 0).
+    """
+
+    token: str
+    logprob: float | None = None
+    top: tuple[tuple[str, float], ...] = ()
+    digits: tuple[float, ...] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (cache and debugging)."""
+        return {"token": self.token, "logprob": self.logprob, "top": [list(t) for t in self.top], "digits": list(self.digits) if self.digits is not None else None}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> TokenStep:
+        """Inverse of :meth:`to_dict`."""
+        digits = d.get("digits")
+        return cls(
+            token=d["token"],
+            logprob=d.get("logprob"),
+            top=tuple((str(t), float(lp)) for t, lp in d.get("top") or ()),
+            digits=tuple(float(x) for x in digits) if digits is not None else None,
+        )
+
+
+@dataclass
+class Usage:
+    """Token counts of one call."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
+
+
+@dataclass
+class Completion:
+    """What a backend answered to one request.
+
+    ``steps`` is empty when the backend gave no log-probabilities (``logprobs=False``).
+    """
+
+    text: str
+    steps: list[TokenStep] = field(default_factory=list)
+    logprobs: bool = False
+    model: str = ""
+    usage: Usage | None = None
+    cached: bool = False
+    finish_reason: str | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (what the cache stores)."""
+        return {
+            "text": self.text,
+            "steps": [s.to_dict() for s in self.steps],
+            "logprobs": self.logprobs,
+            "model": self.model,
+            "usage": asdict(self.usage) if self.usage else None,
+            "finish_reason": self.finish_reason,
+            "meta": self.meta,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Completion:
+        """Inverse of :meth:`to_dict`."""
+        usage = d.get("usage")
+        return cls(
+            text=d["text"],
+            steps=[TokenStep.from_dict(s) for s in d.get("steps") or ()],
+            logprobs=bool(d.get("logprobs")),
+            model=d.get("model", ""),
+            usage=Usage(**usage) if usage else None,
+            finish_reason=d.get("finish_reason"),
+            meta=dict(d.get("meta") or {}),
+        )
+
+
+@dataclass(frozen=True)
+class Capabilities:
+    """What a backend can do; judges adapt (e.g. FLEUR falls back to a raw score without logprobs)."""
+
+    logprobs: bool = False
+    max_top_logprobs: int = 0
+    exact_digit_probs: bool = False
+    images: bool = True
+    max_images: int | None = 1
+    batching: bool = False
+    prefix_reuse: bool = False
+    system_prompt: bool = True
+
+
+class Backend(abc.ABC):
+    """A VLM that continues chats. Subclasses implement :meth:`generate`.
+
+    ``spec`` is the string the backend was made from (``hf:llava-hf/llava-1.5-7b-hf``); ``kind`` the
+    registry key; ``model`` the model id written into results.
+    """
+
+    kind: str = "base"
+    spec: str = ""
+    model: str = ""
+    capabilities: Capabilities = Capabilities()
+
+    @abc.abstractmethod
+    def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
+        """Answer every request; the i-th item is the completion of ``requests[i]`` or the exception
+        that request raised. Must not raise for a single bad request."""
+
+    def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion | BaseException]]:
+        """Yield ``(index, completion or exception)`` as answers arrive (default: in order)."""
+        yield from enumerate(self.generate(requests))
+
+    def generate_one(self, request: Request) -> Completion:
+        """Answer one request, raising its exception if it failed."""
+        (out,) = self.generate([request])
+        if isinstance(out, BaseException):
+            raise out
+        return out
+
+    def identity(self) -> dict[str, Any]:
+        """What identifies this backend's answers for caching: kind, model and any setting that
+        changes outputs (dtype, endpoint, API version); never secrets."""
+        return {"kind": self.kind, "model": self.model}
+
+    def cache_key(self, request: Request) -> str:
+        """A stable hash of the backend identity and the request."""
+        payload = json.dumps({"backend": self.identity(), "request": request.fingerprint()}, sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release resources (servers, GPU memory). Default: nothing."""
+
+    def __enter__(self) -> Backend:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.spec or self.model!r})"

@@ -1,0 +1,93 @@
+"""Backend spec strings (``hf:<model>``, ``llamacpp:<gguf>?mmproj=<gguf>``, ``openai:<model>``,
+``azure:<deployment>``, ``openai-compatible:<base_url>#<model>``) and the registry that maps a
+kind to the module that builds it. A new backend is one module plus one entry here."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl
+
+from capjudge.backends.base import Backend
+
+
+class UnknownBackendError(ValueError):
+    """The spec names no registered backend kind, or is malformed."""
+
+
+@dataclass(frozen=True)
+class BackendSpec:
+    """A parsed spec: ``kind:target?key=value&...``; for ``openai-compatible`` the target is
+    ``base_url#model``."""
+
+    kind: str
+    target: str
+    options: dict[str, str] = field(default_factory=dict)
+    raw: str = ""
+
+
+# kind -> "module:factory"; the factory takes (spec: BackendSpec, **options) and returns a Backend.
+_REGISTRY: dict[str, str | Callable[..., Backend]] = {
+    "hf": "capjudge.backends.hf:from_spec",
+    "llamacpp": "capjudge.backends.llamacpp:from_spec",
+    "openai": "capjudge.backends.openai:from_spec",
+    "azure": "capjudge.backends.openai:from_spec",
+    "openai-compatible": "capjudge.backends.openai:from_spec",
+    "scripted": "capjudge.backends.scripted:from_spec",
+}
+
+
+def register_backend(kind: str, factory: str | Callable[..., Backend]) -> None:
+    """Register a backend kind: ``factory(spec: BackendSpec, **options) -> Backend`` or an import
+    path ``"package.module:function"``."""
+    _REGISTRY[kind] = factory
+
+
+def list_backends() -> list[str]:
+    """The registered backend kinds."""
+    return sorted(_REGISTRY)
+
+
+def parse_spec(spec: str) -> BackendSpec:
+    """Split a spec string into kind, target and ``?key=value`` options."""
+    if not isinstance(spec, str) or ":" not in spec:
+        raise UnknownBackendError(
+            f"backend spec {spec!r} is not of the form KIND:TARGET (known kinds: {', '.join(list_backends())})"
+        )
+    kind, rest = spec.split(":", 1)
+    kind = kind.strip().lower()
+    if kind not in _REGISTRY:
+        raise UnknownBackendError(f"unknown backend kind {kind!r} in {spec!r} (known: {', '.join(list_backends())})")
+    options: dict[str, str] = {}
+    target = rest
+    if kind != "openai-compatible" and "?" in rest:
+        target, query = rest.split("?", 1)
+        options = dict(parse_qsl(query, keep_blank_values=True))
+    if not target:
+        raise UnknownBackendError(f"backend spec {spec!r} names no model")
+    return BackendSpec(kind=kind, target=target, options=options, raw=spec)
+
+
+def load_backend(spec: str | Backend, **options: Any) -> Backend:
+    """Build a backend from a spec string (a ready :class:`Backend` is returned unchanged).
+
+    Keyword options go to the backend (e.g. ``dtype="float16"``, ``device="cuda"`` for ``hf``) and
+    override ``?key=value`` options of the spec.
+    """
+    if isinstance(spec, Backend):
+        return spec
+    parsed = parse_spec(spec)
+    factory = _REGISTRY[parsed.kind]
+    if isinstance(factory, str):
+        module_name, func_name = factory.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError as exc:
+            extra = {"hf": "hf", "llamacpp": "llamacpp"}.get(parsed.kind)
+            hint = f" (install it with: pip install 'capjudge[{extra}]')" if extra else ""
+            raise UnknownBackendError(f"backend {parsed.kind!r} is not available: {exc}{hint}") from exc
+        factory = getattr(module, func_name)
+    merged: dict[str, Any] = {**parsed.options, **options}
+    return factory(parsed, **merged)

@@ -1,0 +1,1 @@
+"""Judging methods run on a backend: single grading, pairwise comparison, smoothing, voting."""

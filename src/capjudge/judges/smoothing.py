@@ -1,0 +1,140 @@
+"""FLEUR score smoothing (seed 004, Sec. 3.2 and Appendix B).
+
+The model writes a score such as ``0.85``. Smoothing replaces the printed decimals by their expected
+values under the model's own distribution over the digit tokens at those positions:
+``0.1 * sum(i * p1[i]) + 0.01 * sum(i * p2[i])``. Probabilities are the full-vocabulary softmax
+(not renormalised over the ten digits), as in FLEUR's code. For an answer of exactly ``1.0`` the
+distribution at the units digit is used instead: ``0.9 * P("0") + 1.0 * P("1")``.
+
+Positions follow FLEUR's intent (the first and second decimal digits of the printed score); FLEUR's
+code finds them by searching the generated ids for the printed digit, which picks the wrong step for
+answers such as ``0.10`` (its duplicate rule); here the printed score is located in the decoded
+token stream, which gives the same steps whenever FLEUR's search is right.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from capjudge.backends.base import DIGITS, TokenStep
+
+_SCORE_RE = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?")
+
+
+def expected_digit_score(first: Sequence[float], second: Sequence[float] | None = None) -> float:
+    """FLEUR smoothing: ``0.1 * sum(i * first[i]) + 0.01 * sum(i * second[i])``.
+
+    ``first`` and ``second`` are the probabilities of the digits 0..9 at the first and second
+    decimal places (``second`` is omitted when the model printed one decimal).
+    """
+    if len(first) != 10 or (second is not None and len(second) != 10):
+        raise ValueError("digit distributions must have exactly 10 entries (digits 0..9)")
+    score = 0.1 * sum(i * float(p) for i, p in enumerate(first))
+    if second is not None:
+        score += 0.01 * sum(i * float(q) for i, q in enumerate(second))
+    return score
+
+
+def units_score(units: Sequence[float]) -> float:
+    """The paper's rule for an answer of exactly ``1.0``: ``0.9 * P(units="0") + P(units="1")``."""
+    if len(units) != 10:
+        raise ValueError("digit distribution must have exactly 10 entries (digits 0..9)")
+    return 0.9 * float(units[0]) + float(units[1])
+
+
+def _token_text(token: str) -> str:
+    # SentencePiece marks a leading space with "▁"; byte-level BPE with "Ġ".
+    return token.replace("▁", " ").replace("Ġ", " ")
+
+
+def digit_distribution(step: TokenStep, char_index: int = 0) -> list[float] | None:
+    """Probabilities of the digits 0..9 at one generated position.
+
+    Exact when the backend reported the digit tokens' log-probabilities (``step.digits``) and the
+    chosen token is a single digit; otherwise built from the step's top alternatives: a candidate
+    that is all digits contributes its probability to its character at ``char_index`` (tokenizers
+    that merge digits, e.g. ``"85"``), and candidates not in the list count as probability 0.
+    Returns ``None`` when the step has no probabilities at all.
+    """
+    chosen = _token_text(step.token).strip()
+    if step.digits is not None and len(chosen) == 1 and char_index == 0:
+        return [math.exp(lp) for lp in step.digits]
+    if not step.top:
+        return None
+    probs = [0.0] * 10
+    prefix = chosen[:char_index]
+    for tok, lp in step.top:
+        text = _token_text(tok).strip()
+        if len(text) > char_index and text.isdigit() and text[:char_index] == prefix:
+            probs[DIGITS.index(text[char_index])] += math.exp(lp)
+    return probs
+
+
+@dataclass(frozen=True)
+class Smoothed:
+    """A smoothed score and how it was obtained."""
+
+    score: float
+    raw_score: float
+    first: list[float] | None = None
+    second: list[float] | None = None
+    units: list[float] | None = None
+
+
+def _char_to_step(steps: Sequence[TokenStep]) -> tuple[str, list[int], list[int]]:
+    """The decoded text of the steps, and for each character its step index and offset in the token."""
+    text_parts: list[str] = []
+    owner: list[int] = []
+    offset: list[int] = []
+    for i, step in enumerate(steps):
+        t = _token_text(step.token)
+        text_parts.append(t)
+        owner.extend([i] * len(t))
+        offset.extend(range(len(t)))
+    return "".join(text_parts), owner, offset
+
+
+def _offset_in_stripped(step: TokenStep, raw_offset: int) -> int:
+    text = _token_text(step.token)
+    return raw_offset - (len(text) - len(text.lstrip()))
+
+
+def smooth_from_steps(steps: Sequence[TokenStep]) -> Smoothed | None:
+    """Locate the printed ``0.x[y]`` or ``1.0`` score in the generated tokens and smooth it.
+
+    Returns ``None`` when the tokens hold no such score or carry no probabilities there (the caller
+    then falls back to the raw score and says so).
+    """
+    if not steps:
+        return None
+    text, owner, offset = _char_to_step(steps)
+    m = _SCORE_RE.search(text)
+    if not m:
+        return None
+    units_digit, d1, d2 = m.group(1), m.group(2), m.group(3)
+    raw = float(m.group(0))
+    if raw > 1.0:
+        return None
+    if units_digit == "1":
+        if d1 != "0" or (d2 is not None and d2 != "0"):
+            return None  # "1.5" is out of range, not a score
+        pos = m.start(1)
+        step = steps[owner[pos]]
+        units = digit_distribution(step, _offset_in_stripped(step, offset[pos]))
+        if units is None:
+            return None
+        return Smoothed(score=units_score(units), raw_score=raw, units=units)
+    pos1 = m.start(2)
+    step1 = steps[owner[pos1]]
+    first = digit_distribution(step1, _offset_in_stripped(step1, offset[pos1]))
+    if first is None:
+        return None
+    second = None
+    if d2 is not None:
+        pos2 = m.start(3)
+        step2 = steps[owner[pos2]]
+        second = digit_distribution(step2, _offset_in_stripped(step2, offset[pos2]))
+    return Smoothed(score=expected_digit_score(first, second), raw_score=raw, first=first, second=second)

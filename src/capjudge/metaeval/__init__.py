@@ -1,0 +1,1 @@
+"""Meta-evaluation: agreement of a judge with human judgments."""

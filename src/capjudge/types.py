@@ -1,0 +1,156 @@
+"""Public data types: samples to judge and the results a judge returns.
+
+A result always says how it was made (method, backend, model, template hash, smoothed or raw) and
+whether it succeeded; failures are results too (``status="error"``), never exceptions that stop a run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal, Union
+
+if TYPE_CHECKING:
+    from PIL import Image as PILImage
+
+ImageInput = Union[str, Path, bytes, "PILImage.Image"]
+"""An image: a local path, an ``http(s)://`` or ``data:`` URL, raw encoded bytes, or a PIL image."""
+
+Status = Literal["ok", "error"]
+Verdict = Literal["A", "B", "tie"]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One image-caption pair to judge.
+
+    ``references`` are the human reference captions (used by reference-based methods only);
+    ``id`` is a stable identifier carried into the result (defaults to the input position).
+    """
+
+    image: ImageInput
+    caption: str
+    references: tuple[str, ...] = ()
+    id: str | None = None
+
+    def __post_init__(self) -> None:
+        if isinstance(self.references, str):
+            object.__setattr__(self, "references", (self.references,))
+        elif not isinstance(self.references, tuple):
+            object.__setattr__(self, "references", tuple(self.references))
+
+
+def image_label(image: ImageInput) -> str:
+    """A short printable name for an image input (path or URL as given, else a type tag)."""
+    if isinstance(image, (str, Path)):
+        s = str(image)
+        return s if not s.startswith("data:") else s[:32] + "..."
+    if isinstance(image, (bytes, bytearray)):
+        return f"<{len(image)} bytes>"
+    return "<PIL image>"
+
+
+def _clean(value: Any) -> Any:
+    """Make a value JSON-safe (NaN -> None, tuples -> lists, numpy scalars -> float)."""
+    if isinstance(value, float):
+        return None if math.isnan(value) or math.isinf(value) else value
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    if hasattr(value, "item") and callable(value.item):  # numpy scalar
+        return _clean(value.item())
+    return value
+
+
+@dataclass
+class ScoreResult:
+    """The outcome of scoring one sample.
+
+    ``score`` is on the method's scale (0-100 for VisCE2-style prompts, 0-1 for FLEUR); ``None``
+    when the sample failed. ``smoothed`` says whether the score came from digit probabilities
+    (FLEUR smoothing) or is the raw number the model wrote (``raw_score``).
+    """
+
+    image: str
+    caption: str
+    score: float | None
+    method: str
+    backend: str
+    model: str
+    template_hash: str
+    raw: str | None
+    status: Status = "ok"
+    error: str | None = None
+    id: str | None = None
+    raw_score: float | None = None
+    smoothed: bool = False
+    scale: tuple[float, float] = (0.0, 100.0)
+    references: Sequence[str] = ()
+    context: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when the sample was scored."""
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (the results-file record)."""
+        return _clean(dataclasses.asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ScoreResult:
+        """Rebuild a result from a results-file record (unknown keys go to ``details``)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        known = {k: v for k, v in data.items() if k in names}
+        extra = {k: v for k, v in data.items() if k not in names}
+        if "scale" in known and known["scale"] is not None:
+            known["scale"] = tuple(known["scale"])
+        known.setdefault("details", {})
+        known["details"] = {**(known["details"] or {}), **extra}
+        for required in ("image", "caption", "score", "method", "backend"):
+            known.setdefault(required, None)
+        known.setdefault("model", "")
+        known.setdefault("template_hash", "")
+        known.setdefault("raw", None)
+        return cls(**known)
+
+
+@dataclass
+class PairResult:
+    """The outcome of comparing two captions of one image.
+
+    ``verdict`` is ``"A"`` (``caption_a`` better), ``"B"`` or ``"tie"``; ``votes`` holds the verdict of
+    each order asked, already mapped back to A/B (dual-sided comparison, seed 003), or the two scores
+    when the comparison was made by single grading (``mode="grading"``).
+    """
+
+    image: str
+    caption_a: str
+    caption_b: str
+    verdict: Verdict | None
+    method: str
+    backend: str
+    model: str
+    template_hash: str
+    mode: Literal["pairwise", "grading"] = "pairwise"
+    votes: list[str | None] = field(default_factory=list)
+    scores: tuple[float | None, float | None] | None = None
+    raw: list[str | None] = field(default_factory=list)
+    status: Status = "ok"
+    error: str | None = None
+    id: str | None = None
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True when a verdict was reached."""
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (the results-file record)."""
+        return _clean(dataclasses.asdict(self))
