@@ -91,6 +91,7 @@ class ScoreResult:
     scale: tuple[float, float] = (0.0, 100.0)
     references: Sequence[str] = ()
     context: str | None = None
+    explanation: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
     @property

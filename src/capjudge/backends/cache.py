@@ -1,0 +1,246 @@
+"""The response cache shared by every backend: an answer already paid for is never paid for again.
+
+:class:`ResponseCache` is a :mod:`diskcache` store (SQLite underneath, safe with several processes
+reading and writing at once) of raw completions (text, token log-probabilities, usage), so scores
+can be re-parsed without calling the model. :class:`CachedBackend` wraps any backend: requests whose
+key is in the cache are answered from it (``cached=True``); the others go to the wrapped backend in
+one batch, and their answers are stored as they arrive, so a run that dies resumes where it stopped.
+
+Keys come from :meth:`Backend.cache_key`: the backend's :meth:`~Backend.identity` (kind, endpoint or
+deployment, model, API version, settings such as image ``detail``; never secrets) plus the request
+fingerprint (rendered prompt, which fixes the caption order of a pair, image content hashes, every
+generation setting, the sample index). Only deterministic requests (temperature 0) are cached,
+unless the request carries a ``sample_index``; errors are never cached.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from capjudge.backends.base import Backend, Capabilities, Completion, Request
+
+FORMAT_VERSION = 1
+
+
+def default_cache_dir() -> Path:
+    """``$CAPJUDGE_CACHE_DIR``, else ``~/.cache/capjudge``."""
+    env = os.environ.get("CAPJUDGE_CACHE_DIR")
+    return Path(env).expanduser() if env else Path.home() / ".cache" / "capjudge"
+
+
+def cacheable(request: Request) -> bool:
+    """Whether a request's answer may be cached: greedy, or a numbered sample."""
+    return request.config.deterministic or request.sample_index is not None
+
+
+class ResponseCache:
+    """Completions on disk, keyed by :meth:`Backend.cache_key`. Safe for several processes."""
+
+    def __init__(self, directory: str | Path | None = None) -> None:
+        import diskcache
+
+        self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        # A generous SQLite timeout: several processes may write at once.
+        self._cache = diskcache.Cache(str(self.directory), timeout=60, size_limit=2**40)
+        self._lock = threading.Lock()
+        self.hits = 0
+        self.misses = 0
+        self.writes = 0
+
+    def get(self, key: str) -> Completion | None:
+        """The cached completion for ``key`` (marked ``cached=True``), or ``None``."""
+        try:
+            entry = self._cache.get(key, default=None, retry=True)
+        except Exception:  # noqa: BLE001 - a broken entry is a miss, never a crash
+            entry = None
+        completion = None
+        if isinstance(entry, dict) and entry.get("v") == FORMAT_VERSION:
+            try:
+                completion = Completion.from_dict(entry["completion"])
+                completion.cached = True
+            except (KeyError, TypeError, ValueError):
+                completion = None
+        with self._lock:
+            if completion is None:
+                self.misses += 1
+            else:
+                self.hits += 1
+        return completion
+
+    def set(self, key: str, completion: Completion, *, metadata: dict[str, Any] | None = None) -> None:
+        """Store ``completion.to_dict()`` (the raw answer) with when and by what it was made."""
+        entry = {"v": FORMAT_VERSION, "completion": completion.to_dict(), "created": time.time(), "meta": metadata or {}}
+        self._cache.set(key, entry, retry=True)
+        with self._lock:
+            self.writes += 1
+
+    def __contains__(self, key: str) -> bool:
+        return key in self._cache
+
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    def stats(self) -> dict[str, Any]:
+        """Entries, size on disk (bytes), and this process's hits, misses and writes."""
+        with self._lock:
+            return {
+                "directory": str(self.directory),
+                "entries": len(self._cache),
+                "size_bytes": int(self._cache.volume()),
+                "hits": self.hits,
+                "misses": self.misses,
+                "writes": self.writes,
+            }
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many were removed."""
+        return int(self._cache.clear(retry=True))
+
+    def close(self) -> None:
+        """Close the underlying database handles."""
+        self._cache.close()
+
+
+class CachedBackend(Backend):
+    """Answers cached requests from a :class:`ResponseCache` and sends only the misses to ``inner``.
+
+    ``read=False`` ignores cached answers (but still stores new ones); ``write=False`` never stores.
+    """
+
+    def __init__(self, inner: Backend, cache: ResponseCache | str | Path, *, read: bool = True, write: bool = True) -> None:
+        self.inner = inner
+        self.cache = cache if isinstance(cache, ResponseCache) else ResponseCache(cache)
+        self.read = read
+        self.write = write
+
+    # Delegate what identifies the backend, so results name the real model.
+    @property  # type: ignore[override]
+    def kind(self) -> str:
+        return self.inner.kind
+
+    @property  # type: ignore[override]
+    def model(self) -> str:
+        return self.inner.model
+
+    @property  # type: ignore[override]
+    def spec(self) -> str:
+        return self.inner.spec
+
+    @property  # type: ignore[override]
+    def capabilities(self) -> Capabilities:
+        return self.inner.capabilities
+
+    def identity(self) -> dict[str, Any]:
+        """The wrapped backend's identity."""
+        return self.inner.identity()
+
+    def cache_key(self, request: Request) -> str:
+        """The wrapped backend's key for ``request``."""
+        return self.inner.cache_key(request)
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else (usage tracker, options) comes from the wrapped backend.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def _key(self, request: Request) -> str | None:
+        try:
+            return self.inner.cache_key(request) if cacheable(request) else None
+        except Exception:  # noqa: BLE001 - an unhashable request is simply not cached
+            return None
+
+    def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion | BaseException]]:
+        """Yield cache hits first, then the wrapped backend's answers as they arrive (each stored)."""
+        keys = [self._key(r) if isinstance(r, Request) else None for r in requests]
+        misses: list[int] = []
+        for i, key in enumerate(keys):
+            hit = self.cache.get(key) if key is not None and self.read else None
+            if hit is not None:
+                yield i, hit
+            else:
+                misses.append(i)
+        if not misses:
+            return
+        batch = [requests[i] for i in misses]
+        for j, out in self.inner.stream(batch):
+            i = misses[j]
+            key = keys[i]
+            if key is not None and self.write and isinstance(out, Completion):
+                # A full disk must not lose the answer: it is still returned.
+                with contextlib.suppress(Exception):
+                    self.cache.set(key, out, metadata={"backend": self.inner.identity()})
+            yield i, out
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
+        """Answer every request, from the cache where possible."""
+        out: list[Completion | BaseException | None] = [None] * len(requests)
+        for i, item in self.stream(requests):
+            out[i] = item
+        return out  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Close the wrapped backend and the cache."""
+        self.inner.close()
+        self.cache.close()
+
+    def __repr__(self) -> str:
+        return f"CachedBackend({self.inner!r}, {str(self.cache.directory)!r})"
+
+
+# -- CLI: capjudge cache stats|clear ----------------------------------------------------------------
+def _human(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    directory = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    if not directory.exists():
+        print(f"cache {directory}: empty (no directory)")
+        return 0
+    stats = ResponseCache(directory).stats()
+    if getattr(args, "json", False):
+        import json
+
+        print(json.dumps(stats))
+    else:
+        print(f"cache {stats['directory']}: {stats['entries']} entries, {_human(stats['size_bytes'])} on disk")
+    return 0
+
+
+def _cmd_clear(args: argparse.Namespace) -> int:
+    directory = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
+    if not directory.exists():
+        print(f"cache {directory}: nothing to clear")
+        return 0
+    removed = ResponseCache(directory).clear()
+    print(f"cache {directory}: removed {removed} entries")
+    return 0
+
+
+def register_cli(subparsers: Any) -> None:
+    """Add ``capjudge cache stats|clear [--cache-dir D]`` to an argparse subparsers object."""
+    parser = subparsers.add_parser("cache", help="inspect or clear the response cache")
+    sub = parser.add_subparsers(dest="cache_command", required=True)
+    for name, func, help_text in (
+        ("stats", _cmd_stats, "entries and size of the cache"),
+        ("clear", _cmd_clear, "remove every cached answer"),
+    ):
+        p = sub.add_parser(name, help=help_text)
+        p.add_argument("--cache-dir", default=None, help="cache directory (default: $CAPJUDGE_CACHE_DIR or ~/.cache/capjudge)")
+        if name == "stats":
+            p.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+        p.set_defaults(func=func)

@@ -1,0 +1,547 @@
+"""llama.cpp backend: LLaVA-1.5 GGUF models (and their CLIP projector, ``mmproj``) in-process.
+
+Spec: ``llamacpp:<model.gguf>?mmproj=<mmproj.gguf>&n_ctx=4096&n_threads=8&n_gpu_layers=0&seed=0``.
+
+The model and projector are loaded with ``llama-cpp-python`` (``Llama`` and the libmtmd-based
+``Llava15ChatHandler``); the backend then drives llama.cpp itself rather than going through
+``create_chat_completion``, for four reasons:
+
+* the prompt is LLaVA's own ``llava_v1`` conversation (``SYSTEM USER: <image>\\n... ASSISTANT:``,
+  ``</s>`` after assistant turns), as FLEUR's and VisCE2's code use it, not the handler's variant;
+* decoding is plain greedy (argmax of the logits): no repeat penalty, top-k or min-p;
+* log-probabilities come straight from the logits under the full softmax: the chosen token, the
+  top-k alternatives (a list, so tokens that decode to the same text do not overwrite each other)
+  and the exact log-probabilities of the ten digit tokens ``"0"``..``"9"`` (FLEUR smoothing);
+* the KV cache is kept between requests and whole leading chunks of the prompt (system text, the
+  image) are reused when the next request starts with the same ones, so judging K captions of one
+  image encodes and evaluates the image once. Reuse is at chunk granularity, so a reused prompt is
+  evaluated with exactly the same batches as a fresh one and results do not depend on request order.
+
+Images are decoded by llama.cpp (``stb_image``; formats it cannot read fall back to Pillow) and
+preprocessed by ``clip.cpp`` as llama.cpp does for LLaVA-1.5 (pad to square, resize, normalise).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import threading
+import weakref
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from capjudge.backends.base import (
+    DIGITS,
+    Backend,
+    BackendError,
+    Capabilities,
+    Completion,
+    ContextLengthError,
+    Message,
+    Request,
+    TokenStep,
+    Usage,
+)
+from capjudge.images import LoadedImage
+
+__all__ = ["LlamaCppBackend", "ProjectorMismatchError", "from_spec", "render_llava_v1"]
+
+DEFAULT_N_CTX = 4096  # LLaVA-1.5: 576 image tokens + system + prompt + answer fit easily
+MAX_TOP_LOGPROBS = 100
+_DIGEST_BYTES = 1 << 20
+
+
+class ProjectorMismatchError(BackendError):
+    """The mmproj file does not belong to the text model (its output width differs)."""
+
+
+def render_llava_v1(messages: Sequence[Message], image_marker: str) -> str:
+    """The prompt text of LLaVA's ``llava_v1`` conversation, with ``image_marker`` per image.
+
+    ``SYSTEM USER: <image>\\n{prompt} ASSISTANT:``; assistant turns end with ``</s>``, user turns
+    with a space; images come first in their message, each followed by a newline. Without a system
+    message the prompt starts at ``USER:``. A final assistant message is continued, not closed.
+    """
+    system = " ".join(m.content for m in messages if m.role == "system" and m.content)
+    out = system + " " if system else ""
+    turns = [m for m in messages if m.role != "system"]
+    safe_marker = image_marker.replace("<", "< ")
+    for i, m in enumerate(turns):
+        text = m.content.replace(image_marker, safe_marker)
+        if m.role == "user":
+            out += "USER: " + "".join(image_marker + "\n" for _ in m.images) + text + " "
+        elif i == len(turns) - 1:
+            out += "ASSISTANT: " + text
+        else:
+            out += "ASSISTANT: " + text + "</s>"
+    if not turns or turns[-1].role != "assistant":
+        out += "ASSISTANT:"
+    return out
+
+
+def _file_digest(path: Path) -> str:
+    """A cheap content fingerprint of a (possibly multi-GB) file: size, first and last MiB."""
+    h = hashlib.sha256()
+    size = path.stat().st_size
+    h.update(str(size).encode())
+    with path.open("rb") as f:
+        h.update(f.read(_DIGEST_BYTES))
+        if size > _DIGEST_BYTES:
+            f.seek(max(_DIGEST_BYTES, size - _DIGEST_BYTES))
+            h.update(f.read(_DIGEST_BYTES))
+    return h.hexdigest()[:16]
+
+
+def _check_gguf(path: Path, what: str) -> None:
+    if not path.is_file():
+        raise FileNotFoundError(f"llama.cpp {what} file not found: {str(path)!r}")
+    with path.open("rb") as f:
+        magic = f.read(4)
+    if magic != b"GGUF":
+        raise BackendError(f"llama.cpp {what} file {str(path)!r} is not a GGUF file (starts with {magic!r})")
+
+
+def gguf_widths(model_path: Path, mmproj_path: Path) -> tuple[int | None, int | None]:
+    """The text model's embedding width and the projector's output width, read from the GGUF
+    headers (``None`` where the file does not say, e.g. an unusual projector type)."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:  # pragma: no cover - gguf is a dependency of the extra
+        return None, None
+
+    def field(reader: Any, key: str) -> Any:
+        f = reader.fields.get(key)
+        return None if f is None else f.contents()
+
+    text_width = None
+    model = GGUFReader(str(model_path))
+    arch = field(model, "general.architecture")
+    if arch:
+        w = field(model, f"{arch}.embedding_length")
+        text_width = int(w) if w is not None else None
+    proj_width = None
+    proj = GGUFReader(str(mmproj_path))
+    for t in proj.tensors:
+        if t.name == "mm.2.weight" and len(t.shape) == 2:  # LLaVA-1.5 MLP projector: (in, out)
+            proj_width = int(t.shape[1])
+    return text_width, proj_width
+
+
+@dataclass
+class _Chunk:
+    key: tuple[Any, ...]
+    n_pos: int
+
+
+class LlamaCppBackend(Backend):
+    """A LLaVA-1.5 GGUF model run in-process by llama.cpp (see the module docstring).
+
+    ``mmproj`` may be ``None`` for text-only use; requests with images then fail with a clear error.
+    """
+
+    kind = "llamacpp"
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        mmproj: str | Path | None = None,
+        *,
+        n_ctx: int = DEFAULT_N_CTX,
+        n_threads: int | None = None,
+        n_gpu_layers: int = 0,
+        n_batch: int = 512,
+        seed: int = 0,
+        verbose: bool = False,
+        spec: str = "",
+    ) -> None:
+        try:
+            import llama_cpp
+            import llama_cpp.mtmd_cpp as mtmd_cpp
+            from llama_cpp.llama_chat_format import Llava15ChatHandler
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise BackendError(f"llama-cpp-python is not installed ({exc}); pip install 'capjudge[llamacpp]'") from exc
+        self._llama_cpp = llama_cpp
+        self._mtmd = mtmd_cpp
+        self.model_path = Path(model_path).expanduser()
+        self.mmproj_path = Path(mmproj).expanduser() if mmproj else None
+        _check_gguf(self.model_path, "model")
+        if self.mmproj_path is not None:
+            _check_gguf(self.mmproj_path, "mmproj (projector)")
+            text_w, proj_w = gguf_widths(self.model_path, self.mmproj_path)
+            if text_w is not None and proj_w is not None and text_w != proj_w:
+                raise ProjectorMismatchError(
+                    f"projector {str(self.mmproj_path)!r} outputs {proj_w}-wide embeddings but model "
+                    f"{str(self.model_path)!r} has width {text_w}: use the mmproj file released with this model"
+                )
+        self.n_ctx = int(n_ctx)
+        self.seed = int(seed)
+        self.verbose = bool(verbose)
+        self.spec = spec or f"llamacpp:{self.model_path}" + (f"?mmproj={self.mmproj_path}" if self.mmproj_path else "")
+        self.model = self.model_path.stem
+        self._lock = threading.Lock()
+        self._kv: list[_Chunk] = []
+
+        if not verbose:  # libmtmd logs through its own callbacks; route them to llama-cpp-python's
+            from llama_cpp._logger import llama_log_callback
+
+            mtmd_cpp.mtmd_log_set(llama_log_callback, ctypes.c_void_p(0))
+            mtmd_cpp.mtmd_helper_log_set(llama_log_callback, ctypes.c_void_p(0))
+
+        handler = None
+        if self.mmproj_path is not None:
+            handler = Llava15ChatHandler(clip_model_path=str(self.mmproj_path), verbose=verbose)
+        kwargs: dict[str, Any] = {"n_threads": n_threads} if n_threads else {}
+        try:
+            self._llm = llama_cpp.Llama(
+                model_path=str(self.model_path),
+                chat_handler=handler,
+                n_ctx=self.n_ctx,
+                n_batch=n_batch,
+                n_gpu_layers=int(n_gpu_layers),
+                seed=self.seed,
+                logits_all=False,
+                verbose=verbose,
+                **kwargs,
+            )
+        except (ValueError, RuntimeError) as exc:
+            raise BackendError(f"llama.cpp could not load model {str(self.model_path)!r}: {exc}") from exc
+        self._handler = handler
+        # Free llama.cpp objects before interpreter teardown (their __del__ fails once stdout is gone).
+        self._finalizer = weakref.finalize(self, self._llm.close)
+        if handler is not None:
+            try:
+                handler._init_mtmd_context(self._llm)
+            except (ValueError, RuntimeError) as exc:
+                self._llm.close()
+                raise ProjectorMismatchError(
+                    f"llama.cpp could not load projector {str(self.mmproj_path)!r} for model "
+                    f"{str(self.model_path)!r}: {exc} (is it the mmproj released with this model?)"
+                ) from exc
+        self._ctx = self._llm._ctx.ctx
+        self._vocab = self._llm._model.vocab
+        self.n_vocab = int(self._llm.n_vocab())
+        self._digit_ids = self._find_digit_ids()
+        self._marker = mtmd_cpp.mtmd_default_marker().decode("utf-8")
+        self.capabilities = Capabilities(
+            logprobs=True,
+            max_top_logprobs=MAX_TOP_LOGPROBS,
+            exact_digit_probs=self._digit_ids is not None,
+            images=handler is not None,
+            max_images=None,
+            batching=False,
+            prefix_reuse=True,
+            system_prompt=True,
+        )
+        self._identity = {
+            "kind": self.kind,
+            "model": self.model,
+            "model_digest": _file_digest(self.model_path),
+            "mmproj": self.mmproj_path.name if self.mmproj_path else None,
+            "mmproj_digest": _file_digest(self.mmproj_path) if self.mmproj_path else None,
+            "prompt_format": "llava_v1",
+            "decoding": "argmax",
+            "seed": self.seed,
+        }
+
+    # -- vocabulary ---------------------------------------------------------------------------
+
+    def _find_digit_ids(self) -> tuple[int, ...] | None:
+        """Token ids of "0".."9": the normal single-character tokens, else the byte tokens."""
+        found: dict[str, int] = {}
+        for tid in range(self.n_vocab):
+            text = self._llm._model.token_get_text(tid)
+            if text in DIGITS and text not in found:
+                found[text] = tid
+        if len(found) < 10:
+            for d in DIGITS:
+                if d not in found:
+                    byte = self._llm.tokenize(f"<0x{ord(d):02X}>".encode(), add_bos=False, special=True)
+                    if len(byte) == 1:
+                        found[d] = byte[0]
+        if len(found) < 10:
+            return None
+        return tuple(found[d] for d in DIGITS)
+
+    def _piece(self, token: int) -> str:
+        raw = self._llm._model.token_to_piece(token, special=True)
+        raw = raw.split(b"\0", 1)[0]
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:  # a byte-fallback token holding part of a UTF-8 character
+            return self._llm._model.token_get_text(token)
+
+    # -- backend API --------------------------------------------------------------------------
+
+    def identity(self) -> dict[str, Any]:
+        """Kind, model file name and content digest, projector name and digest, prompt format."""
+        return dict(self._identity)
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
+        """Answer each request; requests of one image are run one after another (prefix reuse)."""
+        out: list[Completion | BaseException] = [BackendError("not run")] * len(requests)
+        order = sorted(range(len(requests)), key=_image_group_key(requests))
+        with self._lock:
+            for i in order:
+                try:
+                    out[i] = self._run(requests[i])
+                except Exception as exc:  # noqa: BLE001 - one bad request never loses the others
+                    out[i] = exc if isinstance(exc, BackendError) else BackendError(f"{type(exc).__name__}: {exc}")
+        return out
+
+    def close(self) -> None:
+        """Free the model, context and projector."""
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()
+        self._kv = []
+
+    # -- one request --------------------------------------------------------------------------
+
+    def _bitmap(self, image: LoadedImage) -> Any:
+        m = self._mtmd
+        bitmap = None
+        if image.data:
+            buf = (ctypes.c_uint8 * len(image.data)).from_buffer_copy(image.data)
+            bitmap = m.mtmd_helper_bitmap_init_from_buf(self._handler.mtmd_ctx, buf, len(image.data), False)
+        if bitmap is None:  # stb_image cannot read it (or a URL): decode with Pillow
+            pil = image.pil()
+            rgb = pil.tobytes()
+            buf = (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb)
+            bitmap = m.mtmd_bitmap_init(pil.width, pil.height, buf)
+        if bitmap is None:
+            raise BackendError(f"llama.cpp could not read image {image.label!r}")
+        m.mtmd_bitmap_set_id(bitmap, image.sha256.encode())
+        return bitmap
+
+    def _tokenize(self, request: Request) -> tuple[list[_Chunk], Any, list[Any]]:
+        """mtmd chunks of the rendered prompt; the caller frees chunks and bitmaps."""
+        m = self._mtmd
+        images = request.images
+        if images and self._handler is None:
+            raise BackendError("this llama.cpp backend was loaded without a projector: add ?mmproj=<mmproj.gguf> to the spec")
+        if self._handler is None:
+            tokens = self._llm.tokenize(render_llava_v1(request.messages, self._marker).encode(), add_bos=True, special=True)
+            return [_Chunk(("text", tuple(tokens)), len(tokens))], tokens, []
+        bitmaps = [self._bitmap(img) for img in images]
+        text = render_llava_v1(request.messages, self._marker).encode("utf-8")
+        inp = m.mtmd_input_text()
+        inp.text = text
+        inp.text_len = len(text)
+        inp.add_special = True
+        inp.parse_special = True
+        chunks = m.mtmd_input_chunks_init()
+        arr = (m.mtmd_bitmap_p_ctypes * max(1, len(bitmaps)))(*bitmaps)
+        rc = m.mtmd_tokenize(self._handler.mtmd_ctx, chunks, ctypes.byref(inp), arr, len(bitmaps))
+        if rc != 0:
+            m.mtmd_input_chunks_free(chunks)
+            for b in bitmaps:
+                m.mtmd_bitmap_free(b)
+            raise BackendError(f"llama.cpp could not tokenize the prompt with its {len(bitmaps)} image(s) (mtmd_tokenize returned {rc})")
+        out: list[_Chunk] = []
+        for i in range(m.mtmd_input_chunks_size(chunks)):
+            c = m.mtmd_input_chunks_get(chunks, i)
+            if m.mtmd_input_chunk_get_type(c) == m.MTMD_INPUT_CHUNK_TYPE_TEXT:
+                n = ctypes.c_size_t()
+                ptr = m.mtmd_input_chunk_get_tokens_text(c, ctypes.byref(n))
+                out.append(_Chunk(("text", tuple(ptr[j] for j in range(n.value))), int(m.mtmd_input_chunk_get_n_pos(c))))
+            else:
+                cid = m.mtmd_input_chunk_get_id(c)
+                out.append(_Chunk(("media", cid, int(m.mtmd_input_chunk_get_n_tokens(c))), int(m.mtmd_input_chunk_get_n_pos(c))))
+        return out, chunks, bitmaps
+
+    def _evaluate_prompt(self, chunks: list[_Chunk], mt_chunks: Any) -> int:
+        """Bring the KV cache to the prompt; returns how many positions were reused."""
+        llama_cpp, m = self._llama_cpp, self._mtmd
+        keep = 0
+        while keep < len(chunks) - 1 and keep < len(self._kv) and self._kv[keep].key == chunks[keep].key:
+            keep += 1
+        reused = sum(c.n_pos for c in chunks[:keep])
+        self._llm._ctx.kv_cache_seq_rm(0, reused, -1)
+        self._kv = list(chunks[:keep])
+        n_past = reused
+        for i in range(keep, len(chunks)):
+            last = i == len(chunks) - 1
+            if isinstance(mt_chunks, list):  # text-only backend: one chunk of tokens
+                self._decode(list(chunks[i].key[1]), n_past)
+                new_past = n_past + chunks[i].n_pos
+            else:
+                out = llama_cpp.llama_pos(0)
+                rc = m.mtmd_helper_eval_chunk_single(
+                    self._handler.mtmd_ctx, self._ctx, m.mtmd_input_chunks_get(mt_chunks, i),
+                    n_past, 0, self._llm.n_batch, last, ctypes.byref(out),
+                )
+                if rc != 0:
+                    raise BackendError(f"llama.cpp failed to evaluate prompt chunk {i} (error {rc})")
+                new_past = int(out.value)
+            n_past = new_past
+            self._kv.append(chunks[i])
+        return reused
+
+    def _decode(self, tokens: list[int], n_past: int) -> None:
+        llm = self._llm
+        for s in range(0, len(tokens), llm.n_batch):
+            part = tokens[s : s + llm.n_batch]
+            llm._batch.set_batch(batch=part, n_past=n_past + s, logits_all=False)
+            rc = self._llama_cpp.llama_decode(self._ctx, llm._batch.batch)
+            if rc != 0:
+                raise BackendError(f"llama_decode returned {rc}")
+
+    def _logits(self) -> np.ndarray:
+        ptr = self._llama_cpp.llama_get_logits_ith(self._ctx, -1)
+        return np.ctypeslib.as_array(ptr, shape=(self.n_vocab,)).astype(np.float64)
+
+    def _run(self, request: Request) -> Completion:
+        cfg = request.config
+        if cfg.n != 1:
+            raise BackendError("the llama.cpp backend draws one answer per request (n=1); use sample_index for repeats")
+        chunks, mt_chunks, bitmaps = self._tokenize(request)
+        try:
+            n_prompt = sum(c.n_pos for c in chunks)
+            if n_prompt >= self.n_ctx:
+                n_img = sum(c.n_pos for c in chunks if c.key[0] == "media")
+                raise ContextLengthError(
+                    f"prompt is {n_prompt} tokens ({n_img} of them image tokens) but the context holds "
+                    f"n_ctx={self.n_ctx}: raise n_ctx (spec option ?n_ctx=) or shorten the prompt"
+                )
+            try:
+                reused = self._evaluate_prompt(chunks, mt_chunks)
+            except BaseException:
+                self._kv = []
+                self._llm._ctx.kv_cache_clear()
+                raise
+        finally:
+            if not isinstance(mt_chunks, list):
+                self._mtmd.mtmd_input_chunks_free(mt_chunks)
+            for b in bitmaps:
+                self._mtmd.mtmd_bitmap_free(b)
+        try:
+            return self._generate_tokens(request, n_prompt, reused)
+        except BaseException:
+            self._kv = []
+            self._llm._ctx.kv_cache_clear()
+            raise
+
+    def _generate_tokens(self, request: Request, n_prompt: int, reused: int) -> Completion:
+        cfg = request.config
+        k = max(0, min(int(cfg.top_logprobs), MAX_TOP_LOGPROBS))
+        rng = None
+        if not cfg.deterministic:
+            seed = self.seed if cfg.seed is None else cfg.seed
+            rng = np.random.default_rng([seed, request.sample_index or 0])
+        tokens: list[int] = []
+        steps: list[TokenStep] = []
+        finish = "length"
+        text = ""
+        pos = n_prompt
+        for _ in range(max(0, cfg.max_new_tokens)):
+            logits = self._logits()
+            lse = float(np.logaddexp.reduce(logits))
+            logp = logits - lse
+            tok = int(np.argmax(logits)) if rng is None else _sample(logits, cfg.temperature, cfg.top_p, rng)
+            if self._llama_cpp.llama_vocab_is_eog(self._vocab, tok):
+                finish = "stop"
+                break
+            top: tuple[tuple[str, float], ...] = ()
+            if k:
+                idx = np.argpartition(-logp, k - 1)[:k] if k < self.n_vocab else np.arange(self.n_vocab)
+                idx = idx[np.lexsort((idx, -logp[idx]))]  # by log-prob, ties by token id
+                top = tuple((self._piece(int(j)), float(logp[j])) for j in idx)
+            digits = tuple(float(logp[j]) for j in self._digit_ids) if self._digit_ids else None
+            tokens.append(tok)
+            steps.append(TokenStep(token=self._piece(tok), logprob=float(logp[tok]), top=top, digits=digits))
+            text = self._detokenize(tokens)
+            hit = _first_stop(text, cfg.stop)
+            if hit is not None:
+                text = text[:hit]
+                finish = "stop"
+                break
+            if pos >= self.n_ctx:
+                break
+            self._decode([tok], pos)
+            pos += 1
+        return Completion(
+            text=text.strip(),
+            steps=steps,
+            logprobs=True,
+            model=self.model,
+            usage=Usage(prompt_tokens=n_prompt, completion_tokens=len(tokens)),
+            finish_reason=finish,
+            meta={"reused_prompt_tokens": reused},
+        )
+
+    def _detokenize(self, tokens: list[int]) -> str:
+        return self._llm.detokenize(tokens).decode("utf-8", errors="replace")
+
+
+def _first_stop(text: str, stops: Sequence[str]) -> int | None:
+    hits = [text.find(s) for s in stops if s and s in text]
+    return min(hits) if hits else None
+
+
+def _sample(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> int:
+    z = logits / max(temperature, 1e-6)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    order = np.argsort(-p, kind="stable")
+    if top_p < 1.0:
+        cum = np.cumsum(p[order])
+        order = order[: int(np.searchsorted(cum, top_p)) + 1]
+    q = p[order] / p[order].sum()
+    return int(order[rng.choice(len(order), p=q)])
+
+
+def _image_group_key(requests: Sequence[Request]) -> Any:
+    """Sort key that keeps requests of one image together, groups in order of first appearance."""
+    first: dict[str, int] = {}
+    for i, r in enumerate(requests):
+        imgs = r.images
+        first.setdefault(imgs[0].sha256 if imgs else "", i)
+
+    def key(i: int) -> tuple[int, int]:
+        imgs = requests[i].images
+        return (first[imgs[0].sha256 if imgs else ""], i)
+
+    return key
+
+
+def _opt_int(value: Any, name: str) -> int | None:
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise BackendError(f"llamacpp option {name}={value!r} is not an integer") from None
+
+
+def _opt_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in {"1", "true", "yes", "on"}
+    return bool(value)
+
+
+def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
+    """Build the backend from a parsed ``llamacpp:<model.gguf>?mmproj=...`` spec.
+
+    Options (spec query or keyword): ``mmproj``, ``n_ctx`` (default 4096), ``n_threads``,
+    ``n_gpu_layers`` (default 0; -1 offloads all), ``n_batch`` (512), ``seed`` (0), ``verbose``.
+    """
+    known = {"mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "seed", "verbose", "clip_model_path"}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise BackendError(f"unknown llamacpp option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    mmproj = options.get("mmproj") or options.get("clip_model_path")
+    return LlamaCppBackend(
+        spec.target,
+        mmproj or None,
+        n_ctx=_opt_int(options.get("n_ctx"), "n_ctx") or DEFAULT_N_CTX,
+        n_threads=_opt_int(options.get("n_threads"), "n_threads"),
+        n_gpu_layers=_opt_int(options.get("n_gpu_layers"), "n_gpu_layers") or 0,
+        n_batch=_opt_int(options.get("n_batch"), "n_batch") or 512,
+        seed=_opt_int(options.get("seed"), "seed") or 0,
+        verbose=_opt_bool(options.get("verbose", False)),
+        spec=getattr(spec, "raw", "") or "",
+    )

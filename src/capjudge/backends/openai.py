@@ -1,0 +1,638 @@
+"""API judges: OpenAI (GPT-4o, GPT-4V, ...), Azure OpenAI and any OpenAI-compatible server.
+
+Spec strings: ``openai:<model>``, ``azure:<deployment>``, ``openai-compatible:<base_url>#<model>``
+(vLLM, SGLang, llama.cpp server, Ollama). Built on the official ``openai`` SDK's async client with
+its own retries switched off: :mod:`capjudge.backends.openai_retry` retries with tenacity.
+
+Requests run concurrently (``concurrency``, default 8) on a private event loop in a background
+thread, so :meth:`OpenAIBackend.generate` works whether or not the caller has an event loop running,
+and :meth:`OpenAIBackend.stream` yields answers in completion order. Log-probabilities come back as
+:class:`~capjudge.backends.base.TokenStep` with ``top`` alternatives (``digits`` is ``None``), the
+structure FLEUR smoothing reads. When a model refuses log-probabilities the backend asks again
+without them, records ``meta["logprobs_refused"]`` and, with ``estimate_by_sampling=N``, estimates
+the score distribution from N answers sampled at temperature 1 (G-Eval style; N more calls).
+
+API keys are read from arguments or the standard environment variables only (``OPENAI_API_KEY``,
+``AZURE_OPENAI_API_KEY``, ``AZURE_OPENAI_ENDPOINT``, ``OPENAI_API_VERSION``) and are never part of
+:meth:`identity`, results, cache entries or log messages.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+from urllib.parse import urlsplit, urlunsplit
+
+from capjudge.backends.base import (
+    Backend,
+    BackendError,
+    Capabilities,
+    Completion,
+    GenerationConfig,
+    Request,
+    TokenStep,
+    Usage,
+)
+from capjudge.backends.openai_caps import AZURE_MAX_TOP_LOGPROBS, ModelCaps, lookup_caps
+from capjudge.backends.openai_retry import (
+    APIRequestError,
+    MalformedResponseError,
+    RetryPolicy,
+    describe,
+    is_retryable,
+    wait_seconds,
+)
+from capjudge.backends.registry import BackendSpec
+from capjudge.usage import PriceSource, PriceTable, UsageTracker, estimate_text_tokens, image_tokens
+
+log = logging.getLogger("capjudge.backends.openai")
+
+DETAILS = ("low", "high", "auto")
+KINDS = ("openai", "azure", "openai-compatible")
+
+
+class _LoopThread:
+    """A private asyncio loop in a daemon thread; coroutines are submitted from any thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="capjudge-openai-loop", daemon=True)
+        self._thread.start()
+
+    def submit(self, coro: Any) -> concurrent.futures.Future[Any]:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(timeout=10)
+        self.loop.close()
+
+
+def _clean_endpoint(url: str | None) -> str | None:
+    """The endpoint without user info, query or fragment (never a secret in cache keys or results)."""
+    if not url:
+        return url
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path.rstrip("/"), "", ""))
+
+
+class OpenAIBackend(Backend):
+    """A judge served over the OpenAI chat-completions protocol.
+
+    ``kind`` is ``"openai"``, ``"azure"`` or ``"openai-compatible"``; ``model`` the model id (the
+    deployment name for Azure). Options:
+
+    - ``base_url`` (OpenAI-compatible servers), ``api_key`` (else ``OPENAI_API_KEY``; optional for
+      compatible servers, default ``"EMPTY"``), ``organization``.
+    - Azure: ``azure_endpoint`` (else ``AZURE_OPENAI_ENDPOINT``), ``api_version`` (else
+      ``OPENAI_API_VERSION``; required), ``api_key`` (else ``AZURE_OPENAI_API_KEY``) or
+      ``azure_ad_token_provider`` (Entra ID), ``model_name`` (the model behind the deployment, for
+      the capability and price tables).
+    - ``concurrency`` (8), ``timeout`` seconds per call (60), ``max_retries`` (6), ``retry_base_delay``
+      (1 s), ``retry_max_delay`` (60 s).
+    - ``detail`` (``low`` | ``high`` | ``auto``; default: not sent, the server's default),
+      ``extra_body`` (dict or JSON string merged into every request, e.g. ``{"repeat_penalty": 1.0}``).
+    - ``logprobs`` (force on/off), ``max_top_logprobs`` (cap), ``estimate_by_sampling`` (N).
+    - ``prices`` (dict, JSON file or :class:`~capjudge.usage.PriceTable`), ``max_cost`` (USD budget),
+      ``usage`` (a shared :class:`~capjudge.usage.UsageTracker`).
+    """
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        kind: str = "openai",
+        spec: str = "",
+        base_url: str | None = None,
+        api_key: str | None = None,
+        organization: str | None = None,
+        azure_endpoint: str | None = None,
+        api_version: str | None = None,
+        azure_ad_token_provider: Callable[[], Any] | None = None,
+        model_name: str | None = None,
+        concurrency: int = 8,
+        timeout: float = 60.0,
+        max_retries: int = 6,
+        retry_base_delay: float = 1.0,
+        retry_max_delay: float = 60.0,
+        detail: str | None = None,
+        extra_body: Mapping[str, Any] | str | None = None,
+        logprobs: bool | None = None,
+        max_top_logprobs: int | None = None,
+        estimate_by_sampling: int = 0,
+        prices: PriceSource = None,
+        max_cost: float | None = None,
+        usage: UsageTracker | None = None,
+        default_headers: Mapping[str, str] | None = None,
+    ) -> None:
+        if kind not in KINDS:
+            raise ValueError(f"unknown OpenAI-protocol backend kind {kind!r} (known: {', '.join(KINDS)})")
+        if detail is not None and detail not in DETAILS:
+            raise ValueError(f"detail must be one of {', '.join(DETAILS)}, got {detail!r}")
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self.kind = kind
+        self.model = model
+        self.spec = spec or (f"{kind}:{base_url}#{model}" if kind == "openai-compatible" else f"{kind}:{model}")
+        self.model_name = model_name or model
+        self.detail = detail
+        self.extra_body = _as_dict(extra_body, "extra_body")
+        self.concurrency = concurrency
+        self.timeout = timeout
+        self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay, max_delay=retry_max_delay)
+        self.estimate_samples = int(estimate_by_sampling or 0)
+
+        caps = lookup_caps(kind, self.model_name)
+        if logprobs is not None:
+            caps = replace(caps, logprobs=logprobs, max_top_logprobs=caps.max_top_logprobs if logprobs else 0)
+            if logprobs and caps.max_top_logprobs == 0:
+                caps = replace(caps, max_top_logprobs=AZURE_MAX_TOP_LOGPROBS if kind == "azure" else 20)
+        if max_top_logprobs is not None:
+            caps = replace(caps, max_top_logprobs=max_top_logprobs)
+        self.model_caps: ModelCaps = caps
+        self._logprobs_refused: str | None = None if caps.logprobs else (caps.note or "model returns no logprobs")
+        self._top_cap = caps.max_top_logprobs
+        self.capabilities = Capabilities(
+            logprobs=caps.logprobs,
+            max_top_logprobs=caps.max_top_logprobs if caps.logprobs else 0,
+            exact_digit_probs=False,
+            images=caps.images,
+            max_images=None,
+            batching=False,
+            prefix_reuse=False,
+            system_prompt=True,
+        )
+
+        self.prices = PriceTable.load(prices)
+        self.usage = usage if usage is not None else UsageTracker(prices=self.prices)
+        if max_cost is not None:
+            self.usage.max_cost = float(max_cost)
+        if self.usage.max_cost is not None and self.prices.lookup(self.model_name) is None:
+            raise ValueError(
+                f"max_cost is set but the price table has no entry for {self.model_name!r}: pass prices="
+                f"{{{self.model_name!r}: {{'input': USD_per_1M, 'output': USD_per_1M}}}} (or a JSON file)"
+                + (" or model_name= (the model behind the Azure deployment)" if kind == "azure" else "")
+            )
+
+        self.endpoint, self.api_version = self._resolve_endpoint(base_url, azure_endpoint, api_version)
+        self._client = self._make_client(api_key, organization, azure_ad_token_provider, default_headers)
+        # Known secrets, only to scrub them from error messages a server might echo them into.
+        self._secrets = tuple(s for s in (getattr(self._client, "api_key", None),) if isinstance(s, str) and len(s) >= 8)
+        self._loop: _LoopThread | None = None
+        self._loop_lock = threading.Lock()
+        self._sem: asyncio.Semaphore | None = None
+
+    # -- construction ----------------------------------------------------------------------------
+    def _resolve_endpoint(self, base_url: str | None, azure_endpoint: str | None, api_version: str | None) -> tuple[str | None, str | None]:
+        if self.kind == "azure":
+            endpoint = azure_endpoint or base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")
+            version = api_version or os.environ.get("OPENAI_API_VERSION")
+            if not endpoint:
+                raise BackendError("Azure needs an endpoint: pass azure_endpoint=... or set AZURE_OPENAI_ENDPOINT")
+            if not version:
+                raise BackendError("Azure needs an API version: pass api_version=... (e.g. 2024-10-21) or set OPENAI_API_VERSION")
+            return endpoint, version
+        if self.kind == "openai-compatible":
+            if not base_url:
+                raise BackendError("openai-compatible needs a base URL: openai-compatible:http://host:port/v1#model")
+            return base_url, None
+        return base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1", None
+
+    def _make_client(self, api_key: str | None, organization: str | None, token_provider: Callable[[], Any] | None, headers: Mapping[str, str] | None) -> Any:
+        import openai
+
+        common: dict[str, Any] = {"max_retries": 0, "timeout": self.timeout, "default_headers": dict(headers) if headers else None}
+        if self.kind == "azure":
+            key = api_key or (None if token_provider else os.environ.get("AZURE_OPENAI_API_KEY"))
+            if not key and token_provider is None:
+                raise BackendError("Azure needs credentials: pass api_key=..., set AZURE_OPENAI_API_KEY, or pass azure_ad_token_provider= (Entra ID)")
+            return openai.AsyncAzureOpenAI(
+                azure_endpoint=self.endpoint,
+                azure_deployment=self.model,
+                api_version=self.api_version,
+                api_key=key,
+                azure_ad_token_provider=token_provider,
+                **common,
+            )
+        key = api_key or os.environ.get("OPENAI_API_KEY")
+        if self.kind == "openai-compatible":
+            key = key or "EMPTY"
+        elif not key:
+            raise BackendError("OpenAI needs an API key: pass api_key=... or set OPENAI_API_KEY")
+        return openai.AsyncOpenAI(api_key=key, base_url=self.endpoint, organization=organization, **common)
+
+    def identity(self) -> dict[str, Any]:
+        """Everything about this backend that changes answers (no secrets, no concurrency)."""
+        ident: dict[str, Any] = {
+            "kind": self.kind,
+            "model": self.model,
+            "endpoint": _clean_endpoint(self.endpoint),
+            "api_version": self.api_version,
+            "detail": self.detail,
+            "extra_body": json.dumps(self.extra_body, sort_keys=True, default=str) if self.extra_body else None,
+            "logprobs": self.model_caps.logprobs,
+            "max_top_logprobs": self.model_caps.max_top_logprobs,
+        }
+        if self.model_name != self.model:
+            ident["model_name"] = self.model_name
+        if self.estimate_samples:
+            ident["estimate_by_sampling"] = self.estimate_samples
+        return ident
+
+    # -- request building ------------------------------------------------------------------------
+    def _messages(self, request: Request) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for m in request.messages:
+            if not m.images:
+                out.append({"role": m.role, "content": m.content})
+                continue
+            if not self.model_caps.images:
+                raise BackendError(f"{self.model_name} reads no images ({self.model_caps.note})")
+            parts: list[dict[str, Any]] = []
+            for img in m.images:
+                image_url: dict[str, Any] = {"url": img.data_url()}
+                if self.detail:
+                    image_url["detail"] = self.detail
+                parts.append({"type": "image_url", "image_url": image_url})
+            if m.content:
+                parts.append({"type": "text", "text": m.content})
+            out.append({"role": m.role, "content": parts})
+        return out
+
+    def _params(self, request: Request, *, with_logprobs: bool) -> dict[str, Any]:
+        cfg = request.config
+        params: dict[str, Any] = {"model": self.model, "messages": self._messages(request)}
+        if self.model_caps.reasoning:
+            params["max_completion_tokens"] = cfg.max_new_tokens
+        else:
+            params["max_tokens"] = cfg.max_new_tokens
+            params["temperature"] = cfg.temperature
+            if cfg.top_p != 1.0:
+                params["top_p"] = cfg.top_p
+        if cfg.seed is not None:
+            params["seed"] = cfg.seed
+        if cfg.stop:
+            params["stop"] = list(cfg.stop)
+        if cfg.n != 1:
+            params["n"] = cfg.n
+        if with_logprobs:
+            params["logprobs"] = True
+            params["top_logprobs"] = min(cfg.top_logprobs, self._top_cap)
+        if self.extra_body:
+            params["extra_body"] = dict(self.extra_body)
+        return params
+
+    def _estimate_cost(self, request: Request) -> float:
+        """Worst-case cost of a request, for the budget (generous token estimates)."""
+        price = self.prices.lookup(self.model_name)
+        if price is None:
+            return 0.0
+        prompt = 0
+        for m in request.messages:
+            prompt += estimate_text_tokens(m.content)
+            for img in m.images:
+                pil = getattr(img, "_pil", None)
+                w, h = pil.size if pil is not None else (None, None)
+                prompt += image_tokens(w, h, self.detail, base=self.model_caps.image_base_tokens, tile=self.model_caps.image_tile_tokens)
+        completion = request.config.max_new_tokens * max(1, request.config.n)
+        return price.cost(prompt, completion)
+
+    # -- calling ---------------------------------------------------------------------------------
+    async def _send(self, params: dict[str, Any], label: str) -> Any:
+        """One call with tenacity retries; raises a described :class:`BackendError`."""
+        from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
+        attempts = 0
+
+        def wait(state: Any) -> float:
+            exc = state.outcome.exception() if state.outcome else None
+            seconds = wait_seconds(exc, state.attempt_number - 1, self.retry) if exc else 0.0
+            log.info("%s: retrying in %.2fs after %s (attempt %d of %d)", label, seconds, describe(exc), state.attempt_number + 1, self.retry.max_retries + 1)
+            return seconds
+
+        try:
+            async for attempt in AsyncRetrying(
+                stop=stop_after_attempt(self.retry.max_retries + 1),
+                wait=wait,
+                retry=retry_if_exception(is_retryable),
+                reraise=True,
+            ):
+                with attempt:
+                    attempts += 1
+                    response = await self._client.chat.completions.create(**params)
+                    if not getattr(response, "choices", None):
+                        raise MalformedResponseError(f"answer holds no choices: {str(response)[:200]}")
+            return response
+        except BackendError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure becomes a described error
+            raise describe(exc, attempts=attempts) from exc
+
+    def _completion(self, response: Any, *, asked_logprobs: bool) -> Completion:
+        choice = response.choices[0]
+        text = (choice.message.content if choice.message else None) or ""
+        steps: list[TokenStep] = []
+        content = getattr(choice.logprobs, "content", None) if choice.logprobs else None
+        for t in content or ():
+            top = tuple((a.token, float(a.logprob)) for a in (t.top_logprobs or ()))
+            steps.append(TokenStep(token=t.token, logprob=float(t.logprob) if t.logprob is not None else None, top=top))
+        usage = None
+        if response.usage is not None:
+            usage = Usage(prompt_tokens=int(response.usage.prompt_tokens or 0), completion_tokens=int(response.usage.completion_tokens or 0))
+        meta: dict[str, Any] = {}
+        if getattr(response, "id", None):
+            meta["response_id"] = response.id
+        if getattr(response, "system_fingerprint", None):
+            meta["system_fingerprint"] = response.system_fingerprint
+        if len(response.choices) > 1:
+            meta["choices"] = [(c.message.content if c.message else None) or "" for c in response.choices]
+        if asked_logprobs and not steps:
+            meta["logprobs_missing"] = True  # asked, but the server sent none
+        return Completion(
+            text=text,
+            steps=steps,
+            logprobs=bool(steps),
+            model=getattr(response, "model", None) or self.model,
+            usage=usage,
+            finish_reason=choice.finish_reason,
+            meta=meta,
+        )
+
+    async def _call(self, request: Request, label: str) -> Completion:
+        """One request, with the logprobs fallback; no semaphore, no budget."""
+        wants = request.config.top_logprobs > 0
+        with_lp = wants and self._logprobs_refused is None and self._top_cap > 0
+        while True:
+            params = self._params(request, with_logprobs=with_lp)
+            try:
+                response = await self._send(params, label)
+                break
+            except BackendError as exc:
+                status = getattr(exc, "status", None)
+                msg = str(exc).lower()
+                if not (with_lp and status in (400, 422) and "logprob" in msg):
+                    raise
+                if "top_logprobs" in msg and params["top_logprobs"] > AZURE_MAX_TOP_LOGPROBS:
+                    log.warning("%s: server refused top_logprobs=%d, retrying with %d", label, params["top_logprobs"], AZURE_MAX_TOP_LOGPROBS)
+                    self._top_cap = AZURE_MAX_TOP_LOGPROBS
+                    continue
+                log.warning("%s: server refused logprobs, answering without them: %s", label, exc)
+                self._logprobs_refused = f"server refused logprobs: {exc}"
+                with_lp = False
+        completion = self._completion(response, asked_logprobs=with_lp)
+        if with_lp:
+            completion.meta["top_logprobs"] = params["top_logprobs"]
+        if wants and not with_lp:
+            completion.meta["logprobs_refused"] = True
+            completion.meta["logprobs_refused_reason"] = self._logprobs_refused or "top_logprobs cap is 0"
+        return completion
+
+    async def _one(self, request: Request, label: str) -> Completion:
+        """One request under the concurrency limit and the budget."""
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.concurrency)
+        async with self._sem:
+            booked = self.usage.reserve(self._estimate_cost(request), what=label) if self.usage.max_cost is not None else 0.0
+            try:
+                completion = await self._call(request, label)
+            except BaseException:
+                self.usage.release(booked)
+                raise
+            cost = self.prices.cost(self.model_name, completion.usage)
+            if cost is None and completion.model != self.model_name:
+                cost = self.prices.cost(completion.model, completion.usage)
+            self.usage.settle(booked, completion.model, completion.usage, cost)
+            completion.meta["cost_usd"] = cost
+        if self.estimate_samples and completion.meta.get("logprobs_refused"):
+            completion.meta["sampling_estimate"] = (await self._sample_estimate(request, label)).to_dict()
+        return completion
+
+    async def _sample_estimate(self, request: Request, label: str) -> SamplingEstimate:
+        samples = sampling_requests(request, self.estimate_samples)
+        outs = await asyncio.gather(*(self._one(r, f"{label} sample {r.sample_index}") for r in samples), return_exceptions=True)
+        return SamplingEstimate.from_outputs(list(outs))
+
+    async def _safe(self, request: Request, index: int) -> Completion | BaseException:
+        try:
+            if not isinstance(request, Request):
+                raise BackendError(f"request {index} is a {type(request).__name__}, not a Request")
+            return await self._one(request, f"request {index}")
+        except Exception as exc:  # noqa: BLE001 - one bad request never loses the others
+            return self._scrub(exc if isinstance(exc, BackendError) else describe(exc))
+
+    def _scrub(self, exc: BaseException) -> BaseException:
+        """The error with any known secret masked (servers sometimes echo the key they got)."""
+        text = str(exc)
+        if not any(s in text for s in self._secrets):
+            return exc
+        for s in self._secrets:
+            text = text.replace(s, "***")
+        clean = type(exc)(text) if not isinstance(exc, APIRequestError) else APIRequestError(
+            text, status=exc.status, code=exc.code, retryable=exc.retryable, attempts=exc.attempts
+        )
+        return clean
+
+    def _loop_thread(self) -> _LoopThread:
+        with self._loop_lock:
+            if self._loop is None:
+                self._loop = _LoopThread()
+            return self._loop
+
+    # -- public API ------------------------------------------------------------------------------
+    def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion | BaseException]]:
+        """Yield ``(index, completion or error)`` in completion order, up to ``concurrency`` at once."""
+        loop = self._loop_thread()
+        futures = {loop.submit(self._safe(req, i)): i for i, req in enumerate(requests)}
+        try:
+            for fut in concurrent.futures.as_completed(futures):
+                yield futures[fut], fut.result()
+        finally:
+            for fut in futures:
+                fut.cancel()  # the consumer stopped early: do not send the rest
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
+        """Answer every request (concurrently); errors are returned in place, never raised."""
+        out: list[Completion | BaseException | None] = [None] * len(requests)
+        for i, item in self.stream(requests):
+            out[i] = item
+        return out  # type: ignore[return-value]
+
+    async def agenerate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
+        """:meth:`generate` for callers inside an event loop (runs on the backend's own loop)."""
+        loop = self._loop_thread()
+        futures = [asyncio.wrap_future(loop.submit(self._safe(r, i))) for i, r in enumerate(requests)]
+        return list(await asyncio.gather(*futures))
+
+    async def astream(self, requests: Sequence[Request]) -> AsyncIterator[tuple[int, Completion | BaseException]]:
+        """:meth:`stream` for callers inside an event loop."""
+        loop = self._loop_thread()
+
+        async def tagged(i: int, r: Request) -> tuple[int, Completion | BaseException]:
+            return i, await asyncio.wrap_future(loop.submit(self._safe(r, i)))
+
+        for next_done in asyncio.as_completed([tagged(i, r) for i, r in enumerate(requests)]):
+            yield await next_done
+
+    def close(self) -> None:
+        """Close the HTTP client and stop the private event loop."""
+        if self._loop is not None:
+            with contextlib.suppress(Exception):  # closing is best effort
+                self._loop.submit(self._client.close()).result(timeout=10)
+            self._loop.close()
+            self._loop = None
+            self._sem = None
+
+    def __repr__(self) -> str:
+        return f"OpenAIBackend({self.spec!r})"
+
+
+# -- sampling estimate (G-Eval style) ---------------------------------------------------------------
+_NUMBER_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)")
+_DECIMAL_RE = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?")
+
+
+def first_number(text: str) -> float | None:
+    """The first number in ``text`` (the default score parser for sampling estimates)."""
+    m = _NUMBER_RE.search(text or "")
+    return float(m.group(1)) if m else None
+
+
+def sampling_requests(request: Request, n: int, *, temperature: float = 1.0) -> list[Request]:
+    """``n`` copies of ``request`` sampled at ``temperature`` without logprobs, each with its own
+    ``sample_index`` (so each is cached separately)."""
+    cfg: GenerationConfig = replace(request.config, temperature=temperature, top_logprobs=0, n=1)
+    return [replace(request, config=cfg, sample_index=i) for i in range(n)]
+
+
+@dataclass
+class SamplingEstimate:
+    """A score distribution estimated from sampled answers (G-Eval: ``sum p(s) * s``).
+
+    ``mean`` is the average parsed score; ``first``/``second`` the empirical distributions of the
+    first and second decimal digits over answers written as ``0.xy`` (FLEUR's format); ``calls`` the
+    number of calls made (the cost, with ``cost_usd`` when the price is known).
+    """
+
+    n: int
+    scores: list[float | None] = field(default_factory=list)
+    mean: float | None = None
+    first: list[float] | None = None
+    second: list[float] | None = None
+    calls: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float | None = None
+
+    @classmethod
+    def from_outputs(cls, outputs: Sequence[Completion | BaseException], parse: Callable[[str], float | None] = first_number) -> SamplingEstimate:
+        """Summarise sampled completions (errors are counted, not fatal)."""
+        est = cls(n=len(outputs))
+        firsts: list[int] = []
+        seconds: list[int] = []
+        costs: list[float] = []
+        for out in outputs:
+            if isinstance(out, BaseException):
+                est.errors += 1
+                est.scores.append(None)
+                continue
+            if not out.cached:
+                est.calls += 1
+            if out.usage:
+                est.prompt_tokens += out.usage.prompt_tokens
+                est.completion_tokens += out.usage.completion_tokens
+            if isinstance(out.meta.get("cost_usd"), (int, float)):
+                costs.append(float(out.meta["cost_usd"]))
+            est.scores.append(parse(out.text))
+            m = _DECIMAL_RE.search(out.text or "")
+            if m and m.group(1) == "0":
+                firsts.append(int(m.group(2)))
+                if m.group(3) is not None:
+                    seconds.append(int(m.group(3)))
+        parsed = [s for s in est.scores if s is not None]
+        est.mean = sum(parsed) / len(parsed) if parsed else None
+        est.first = [firsts.count(d) / len(firsts) for d in range(10)] if firsts else None
+        est.second = [seconds.count(d) / len(seconds) for d in range(10)] if seconds else None
+        est.cost_usd = sum(costs) if costs else None
+        return est
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (stored in ``Completion.meta["sampling_estimate"]``)."""
+        return asdict(self)
+
+
+def estimate_by_sampling(backend: Backend, request: Request, n: int = 20, *, temperature: float = 1.0, parse: Callable[[str], float | None] = first_number) -> SamplingEstimate:
+    """Estimate a judge's score distribution by sampling ``n`` answers at ``temperature`` (G-Eval,
+    seed 004 Sec. 5.2.2): the fallback for models that give no log-probabilities. Costs ``n`` calls
+    (fewer when a :class:`~capjudge.backends.cache.CachedBackend` holds some)."""
+    return SamplingEstimate.from_outputs(backend.generate(sampling_requests(request, n, temperature=temperature)), parse)
+
+
+# -- factory ----------------------------------------------------------------------------------------
+_INT_OPTS = ("concurrency", "max_retries", "max_top_logprobs", "estimate_by_sampling")
+_FLOAT_OPTS = ("timeout", "retry_base_delay", "retry_max_delay", "max_cost")
+_SECRET_OPTS = ("api_key", "azure_ad_token", "key", "token")
+
+
+def _as_dict(value: Mapping[str, Any] | str | None, name: str) -> dict[str, Any]:
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"{name} must be a JSON object, got {value!r}") from exc
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be a mapping, got {type(value).__name__}")
+    return dict(value)
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def from_spec(spec: BackendSpec, **options: Any) -> OpenAIBackend:
+    """Build the backend for ``openai:<model>``, ``azure:<deployment>`` or
+    ``openai-compatible:<base_url>#<model>``; options as in :class:`OpenAIBackend` (strings from the
+    spec's ``?key=value`` part are converted)."""
+    leaked = [k for k in spec.options if k.lower() in _SECRET_OPTS]
+    if leaked:
+        raise BackendError(
+            f"do not put credentials in the backend spec (it is written into results): remove {', '.join(leaked)}; "
+            "use the environment (OPENAI_API_KEY, AZURE_OPENAI_API_KEY) or the api_key= argument"
+        )
+    opts: dict[str, Any] = dict(options)
+    for k in _INT_OPTS:
+        if isinstance(opts.get(k), str):
+            opts[k] = int(opts[k])
+    for k in _FLOAT_OPTS:
+        if isinstance(opts.get(k), str):
+            opts[k] = float(opts[k])
+    if "logprobs" in opts and opts["logprobs"] is not None:
+        opts["logprobs"] = _as_bool(opts["logprobs"])
+    opts = {k: v for k, v in opts.items() if v is not None}
+    if spec.kind == "openai-compatible":
+        if "#" not in spec.target:
+            raise BackendError(f"openai-compatible spec {spec.raw!r} needs base_url#model, e.g. openai-compatible:http://127.0.0.1:8000/v1#llava-hf/llava-1.5-7b-hf")
+        base_url, model = spec.target.rsplit("#", 1)
+        if not model:
+            raise BackendError(f"openai-compatible spec {spec.raw!r} names no model after '#'")
+        opts.setdefault("base_url", base_url)
+        return OpenAIBackend(model, kind="openai-compatible", spec=spec.raw, **opts)
+    return OpenAIBackend(spec.target, kind=spec.kind, spec=spec.raw, **opts)

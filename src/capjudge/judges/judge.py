@@ -1,0 +1,395 @@
+"""``Judge(method, backend)``: score captions, compare pairs, explain scores.
+
+The judge renders the method's templates, hands the backend all requests of a batch grouped by image
+(so a backend can reuse the image prefix), parses the answers and turns every failure into an
+``error`` result that names the sample and the cause. Nothing a single sample does can stop a run.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from capjudge.backends.base import Backend, Completion, GenerationConfig, Message, Request
+from capjudge.backends.registry import load_backend
+from capjudge.images import ImageError, LoadedImage, load_image
+from capjudge.judges.pairwise import PairwiseMixin
+from capjudge.judges.smoothing import smooth_from_steps
+from capjudge.parsing import parse_score_details, parse_score_list
+from capjudge.prompts.registry import Method, TemplateError, get_method, get_template
+from capjudge.types import ImageInput, Sample, ScoreResult, image_label
+
+log = logging.getLogger(__name__)
+
+API_KINDS = frozenset({"openai", "azure", "openai-compatible"})
+
+
+class SampleError(ValueError):
+    """A sample cannot be judged (empty caption, missing references, ...)."""
+
+
+@dataclass
+class _Prepared:
+    """A sample ready to judge, or the error that stops it."""
+
+    index: int
+    sample: Sample
+    image: LoadedImage | None = None
+    error: str | None = None
+    context: str | None = None
+
+
+def _sample_id(sample: Sample, index: int) -> str:
+    return sample.id if sample.id is not None else str(index)
+
+
+def _short(text: str | None, n: int = 80) -> str:
+    if text is None:
+        return "<none>"
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+class Judge(PairwiseMixin):
+    """A caption judge: a judging method run on a backend.
+
+    Parameters
+    ----------
+    method:
+        A method name (see :func:`capjudge.list_methods`) or a :class:`~capjudge.prompts.Method`.
+    backend:
+        A backend spec string (``"hf:llava-hf/llava-1.5-7b-hf"``) or a :class:`Backend`.
+    cache_dir:
+        Directory of the response cache (shared by all backends); ``None`` for no cache. A re-run
+        with the same cache answers every deterministic request already asked without the model.
+    system:
+        ``"auto"`` (the method's paper-faithful system sentence on local LLaVA backends, none on
+        API backends), a system sentence, or ``None`` for no system turn.
+    images_root:
+        Directory that relative image paths are resolved against.
+    batch_size:
+        How many samples are prepared and handed to the backend together (grouped by image).
+    top_logprobs:
+        Alternatives asked per generated token when the method smooths (API backends cap it).
+    max_new_tokens:
+        Override of the method's answer length.
+    backend_options:
+        Keyword options for :func:`capjudge.load_backend` when ``backend`` is a spec string.
+    """
+
+    def __init__(
+        self,
+        method: str | Method,
+        backend: str | Backend,
+        *,
+        cache_dir: str | Path | None = None,
+        system: str | None = "auto",
+        images_root: str | Path | None = None,
+        batch_size: int = 64,
+        top_logprobs: int = 20,
+        max_new_tokens: int | None = None,
+        backend_options: dict[str, Any] | None = None,
+    ) -> None:
+        self.method = get_method(method)
+        inner = load_backend(backend, **(backend_options or {}))
+        if cache_dir is not None:
+            from capjudge.backends.cache import CachedBackend
+
+            inner = CachedBackend(inner, cache_dir)
+        self.backend: Backend = inner
+        self.images_root = images_root
+        self.batch_size = max(1, int(batch_size))
+        self.top_logprobs = top_logprobs
+        self.max_new_tokens = max_new_tokens
+        if system == "auto":
+            system = None if self.backend.kind in API_KINDS else self.method.system
+        self.system = system
+        self._contexts: dict[tuple[str, str], str] = {}
+
+    # ------------------------------------------------------------------ identity
+    @property
+    def backend_spec(self) -> str:
+        """The backend spec written into results."""
+        return self.backend.spec or f"{self.backend.kind}:{self.backend.model}"
+
+    def _result(self, prep: _Prepared, **fields: Any) -> ScoreResult:
+        s = prep.sample
+        return ScoreResult(
+            id=_sample_id(s, prep.index),
+            image=image_label(s.image),
+            caption=s.caption if isinstance(s.caption, str) else repr(s.caption),
+            references=list(s.references),
+            method=self.method.name,
+            backend=self.backend_spec,
+            model=self.backend.model,
+            template_hash=self.method.template_hash,
+            scale=self.method.scale,
+            context=prep.context,
+            **fields,
+        )
+
+    def _error(self, prep: _Prepared, message: str, raw: str | None = None) -> ScoreResult:
+        return self._result(prep, score=None, raw=raw, status="error", error=message)
+
+    # ------------------------------------------------------------------ requests
+    def _messages(self, prompt: str, image: LoadedImage, history: Sequence[Message] = ()) -> tuple[Message, ...]:
+        msgs: list[Message] = []
+        if self.system:
+            msgs.append(Message("system", self.system))
+        if history:
+            msgs.extend(history)
+            msgs.append(Message("user", prompt))
+        else:
+            msgs.append(Message("user", prompt, images=(image,)))
+        return tuple(msgs)
+
+    def _config(self, max_new_tokens: int, logprobs: bool) -> GenerationConfig:
+        return GenerationConfig(
+            max_new_tokens=self.max_new_tokens or max_new_tokens,
+            temperature=0.0,
+            top_logprobs=self.top_logprobs if logprobs else 0,
+        )
+
+    def _score_request(self, prep: _Prepared) -> Request:
+        tpl = get_template(self.method.template)
+        prompt = tpl.render(caption=" ".join(prep.sample.caption.split()), references=list(prep.sample.references), context=prep.context or "")
+        assert prep.image is not None
+        return Request(self._messages(prompt, prep.image), self._config(self.method.max_new_tokens, self.method.smoothing))
+
+    # ------------------------------------------------------------------ preparation
+    def _prepare(self, index: int, sample: Sample | dict[str, Any]) -> _Prepared:
+        if isinstance(sample, dict):
+            try:
+                sample = Sample(image=sample["image"], caption=sample["caption"], references=tuple(sample.get("references") or ()), id=sample.get("id"))
+            except KeyError as exc:
+                return _Prepared(index, Sample(image="<missing>", caption=""), error=f"sample {index}: missing field {exc}")
+        prep = _Prepared(index, sample)
+        where = f"sample {_sample_id(sample, index)}"
+        if not isinstance(sample.caption, str) or not sample.caption.strip():
+            prep.error = f"{where}: empty caption"
+            return prep
+        if self.method.needs_references and not [r for r in sample.references if str(r).strip()]:
+            prep.error = f"{where}: method {self.method.name!r} needs reference captions and the sample has none"
+            return prep
+        try:
+            prep.image = load_image(sample.image, root=self.images_root)
+        except ImageError as exc:
+            prep.error = f"{where}: {exc}"
+        except Exception as exc:  # noqa: BLE001 - any unreadable input becomes a record
+            prep.error = f"{where}: image {image_label(sample.image)!r} could not be loaded: {type(exc).__name__}: {exc}"
+        return prep
+
+    @staticmethod
+    def _group_by_image(preps: Sequence[_Prepared]) -> list[_Prepared]:
+        """Valid samples reordered so that all captions of one image are adjacent (first-seen order)."""
+        groups: dict[str, list[_Prepared]] = {}
+        for p in preps:
+            if p.error is None and p.image is not None:
+                groups.setdefault(p.image.sha256, []).append(p)
+        return [p for g in groups.values() for p in g]
+
+    def _fill_contexts(self, preps: Sequence[_Prepared]) -> None:
+        """Two-step methods: ask the first step once per distinct image (memoised for the run;
+        across runs the response cache keeps it)."""
+        name = self.method.context_template
+        if not name:
+            return
+        tpl = get_template(name)
+        todo: dict[str, LoadedImage] = {}
+        for p in preps:
+            assert p.image is not None
+            if (p.image.sha256, tpl.hash) not in self._contexts:
+                todo.setdefault(p.image.sha256, p.image)
+        if todo:
+            prompt = tpl.render()
+            shas = list(todo)
+            reqs = [Request(self._messages(prompt, todo[s]), self._config(self.method.context_max_new_tokens, False)) for s in shas]
+            failures: dict[str, str] = {}
+            for sha, out in zip(shas, self.backend.generate(reqs)):
+                if isinstance(out, BaseException):
+                    failures[sha] = f"{type(out).__name__}: {out}"
+                elif not out.text.strip():
+                    failures[sha] = "the model returned an empty context"
+                else:
+                    self._contexts[(sha, tpl.hash)] = out.text.strip()
+            for p in preps:
+                assert p.image is not None
+                if p.image.sha256 in failures:
+                    p.error = f"sample {_sample_id(p.sample, p.index)}: first step ({name}) failed for image {p.image.label!r}: {failures[p.image.sha256]}"
+        for p in preps:
+            assert p.image is not None
+            if p.error is None:
+                p.context = self._contexts.get((p.image.sha256, tpl.hash))
+
+    # ------------------------------------------------------------------ parsing
+    def _parse(self, prep: _Prepared, out: Completion) -> ScoreResult:
+        low, high = self.method.scale
+        parsed = parse_score_details(out.text, low=low, high=high)
+        details: dict[str, Any] = {"cached": out.cached}
+        if out.usage is not None:
+            details["usage"] = {"prompt_tokens": out.usage.prompt_tokens, "completion_tokens": out.usage.completion_tokens}
+        if out.meta:
+            details["backend_meta"] = out.meta
+        if self.method.smoothing:
+            sm = smooth_from_steps(out.steps) if out.steps else None
+            if sm is not None:
+                details["digit_probs"] = {"first": sm.first, "second": sm.second, "units": sm.units}
+                return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
+            details["smoothing"] = (
+                "not applied: the backend gave no token probabilities (raw score)"
+                if not out.steps
+                else "not applied: the answer holds no 0.x / 1.0 score at its digit tokens (raw score)"
+            )
+        if parsed.value is None:
+            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {_sample_id(prep.sample, prep.index)}: no score in the answer ({parsed.reason}): {_short(out.text)!r}", details=details)
+        return self._result(prep, score=parsed.value, raw_score=parsed.value, smoothed=False, raw=out.text, details=details)
+
+    # ------------------------------------------------------------------ public API
+    def score(self, sample: Sample | dict[str, Any]) -> ScoreResult:
+        """Score one sample (an ``error`` result on failure; never raises for bad input)."""
+        return next(iter(self.score_many([sample])))
+
+    def score_many(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[ScoreResult]:
+        """Score samples, yielding one result per sample in input order as each batch completes.
+
+        Within a batch, samples are grouped by image content so that two-step methods ask their
+        first step once per image and backends can share the image prefix across captions.
+        """
+        if self.method.kind == "pairwise":
+            raise ValueError(f"method {self.method.name!r} compares pairs: use Judge.compare / compare_many")
+        batch: list[tuple[int, Sample | dict[str, Any]]] = []
+        for i, s in enumerate(samples):
+            batch.append((i, s))
+            if len(batch) >= self.batch_size:
+                yield from self._score_batch(batch)
+                batch = []
+        if batch:
+            yield from self._score_batch(batch)
+
+    def _score_batch(self, batch: Sequence[tuple[int, Sample | dict[str, Any]]]) -> list[ScoreResult]:
+        preps = [self._prepare(i, s) for i, s in batch]
+        results: dict[int, ScoreResult] = {}
+        valid = self._group_by_image(preps)
+        try:
+            self._fill_contexts(valid)
+        except Exception as exc:  # noqa: BLE001 - a backend crash fails the batch's samples, not the run
+            log.exception("context step failed")
+            for p in valid:
+                p.error = p.error or f"sample {_sample_id(p.sample, p.index)}: first step failed: {type(exc).__name__}: {exc}"
+        valid = [p for p in valid if p.error is None]
+        if self.method.kind == "listwise":
+            results.update(self._score_listwise(valid))
+        else:
+            reqs: list[Request] = []
+            ready: list[_Prepared] = []
+            for p in valid:
+                try:
+                    reqs.append(self._score_request(p))
+                    ready.append(p)
+                except TemplateError as exc:
+                    p.error = f"sample {_sample_id(p.sample, p.index)}: {exc}"
+            outs = self._generate(reqs)
+            for p, out in zip(ready, outs):
+                if isinstance(out, BaseException):
+                    results[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: backend error: {type(out).__name__}: {out}")
+                else:
+                    results[p.index] = self._parse(p, out)
+        for p in preps:
+            if p.index not in results:
+                results[p.index] = self._error(p, p.error or f"sample {_sample_id(p.sample, p.index)}: not judged")
+        return [results[p.index] for p in preps]
+
+    def _generate(self, reqs: Sequence[Request]) -> list[Completion | BaseException]:
+        if not reqs:
+            return []
+        try:
+            outs = self.backend.generate(reqs)
+        except Exception as exc:  # noqa: BLE001 - a backend that raises for a whole batch
+            log.exception("backend failed on a batch of %d requests", len(reqs))
+            return [exc] * len(reqs)
+        if len(outs) != len(reqs):
+            err = RuntimeError(f"backend returned {len(outs)} answers for {len(reqs)} requests")
+            return [err] * len(reqs)
+        return outs
+
+    def _score_listwise(self, preps: Sequence[_Prepared]) -> dict[int, ScoreResult]:
+        """Seed 002: one prompt per image listing all its captions; one score per caption."""
+        groups: dict[str, list[_Prepared]] = {}
+        for p in preps:
+            assert p.image is not None
+            groups.setdefault(p.image.sha256, []).append(p)
+        tpl = get_template(self.method.template)
+        reqs = []
+        members = list(groups.values())
+        for g in members:
+            prompt = tpl.render(captions=[" ".join(p.sample.caption.split()) for p in g])
+            assert g[0].image is not None
+            reqs.append(Request(self._messages(prompt, g[0].image), self._config(max(self.method.max_new_tokens, 16 * len(g)), False)))
+        out: dict[int, ScoreResult] = {}
+        low, high = self.method.scale
+        for g, comp in zip(members, self._generate(reqs)):
+            if isinstance(comp, BaseException):
+                for p in g:
+                    out[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: backend error: {type(comp).__name__}: {comp}")
+                continue
+            scores = parse_score_list(comp.text, len(g), low=low, high=high)
+            for k, (p, sc) in enumerate(zip(g, scores)):
+                details = {"list_position": k + 1, "list_size": len(g), "cached": comp.cached}
+                if sc is None:
+                    out[p.index] = self._result(p, score=None, raw=comp.text, status="error", error=f"sample {_sample_id(p.sample, p.index)}: no score for item {k + 1} in the listwise answer: {_short(comp.text)!r}", details=details)
+                else:
+                    out[p.index] = self._result(p, score=sc, raw_score=sc, raw=comp.text, details=details)
+        return out
+
+    def explain(self, sample: Sample | dict[str, Any], result: ScoreResult | None = None) -> ScoreResult:
+        """Score a sample (unless ``result`` is given) and ask the method's follow-up question
+        (FLEUR: "Why? Tell me the reason.") with the score in the conversation history.
+
+        As in FLEUR's code, the assistant turn in the history is the smoothed score when there is
+        one, else the model's raw answer. The explanation goes into ``result.explanation``.
+        """
+        if self.method.explain_template is None:
+            name = "fleur_explain"
+        else:
+            name = self.method.explain_template
+        if result is None:
+            result = self.score(sample)
+        if not result.ok:
+            return result
+        prep = self._prepare(0, sample)
+        if prep.error:
+            return self._error(prep, prep.error)
+        prep.context = result.context
+        first = self._score_request(prep)
+        answer = str(result.score) if result.smoothed else (result.raw or "").strip()
+        history = [m for m in first.messages if m.role != "system"] + [Message("assistant", answer)]
+        follow = get_template(name).render()
+        req = Request(self._messages(follow, prep.image, history=history), self._config(512, False))  # type: ignore[arg-type]
+        (out,) = self._generate([req])
+        if isinstance(out, BaseException):
+            # The score stands; only the explanation is missing.
+            result.details["explanation_error"] = f"{type(out).__name__}: {out}"
+            return result
+        result.explanation = out.text.strip()
+        return result
+
+    def close(self) -> None:
+        """Release the backend."""
+        self.backend.close()
+
+    def __enter__(self) -> Judge:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Judge(method={self.method.name!r}, backend={self.backend_spec!r})"
+
+
+def score_images(judge: Judge, image: ImageInput, captions: Sequence[str]) -> list[ScoreResult]:
+    """Score several captions of one image (convenience for notebooks)."""
+    return list(judge.score_many(Sample(image, c) for c in captions))

@@ -1,0 +1,152 @@
+"""Agreement statistics between judge scores and human judgments.
+
+Correlations come from scipy (``kendalltau`` with ``variant="b"``/``"c"``, ``pearsonr``,
+``spearmanr``) and return NaN, never raise, when undefined (fewer than two items, constant input).
+Pairwise accuracy takes a stated tie rule: ``"wrong"`` (a tie is a miss, as FLEUR's code counts it)
+or ``"half"`` (a tie is worth half a hit).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Literal
+
+import numpy as np
+from scipy import stats as _st
+
+TieRule = Literal["wrong", "half"]
+TIE_RULES: tuple[str, ...] = ("wrong", "half")
+
+ArrayLike = Sequence[float] | np.ndarray
+
+
+def _pair(x: ArrayLike, y: ArrayLike) -> tuple[np.ndarray, np.ndarray] | None:
+    a = np.asarray(x, dtype=float)
+    b = np.asarray(y, dtype=float)
+    if a.shape != b.shape:
+        raise ValueError(f"x and y differ in length ({a.size} vs {b.size})")
+    if a.size < 2 or np.all(a == a[0]) or np.all(b == b[0]):
+        return None
+    return a, b
+
+
+def _safe(fn: Callable[[], float]) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            value = float(fn())
+        except (ValueError, FloatingPointError):
+            return math.nan
+    return value
+
+
+def kendall_tau_b(x: ArrayLike, y: ArrayLike) -> float:
+    """Kendall tau-b, ``(C - D) / sqrt((n0 - n1)(n0 - n2))``: adjusts for ties in either variable."""
+    p = _pair(x, y)
+    return math.nan if p is None else _safe(lambda: _st.kendalltau(p[0], p[1], variant="b")[0])
+
+
+def kendall_tau_c(x: ArrayLike, y: ArrayLike) -> float:
+    """Kendall tau-c (Stuart), ``2m(C - D) / (n^2 (m - 1))`` with ``m`` the smaller number of
+    distinct values; the Flickr8k-Expert and Composite convention."""
+    p = _pair(x, y)
+    return math.nan if p is None else _safe(lambda: _st.kendalltau(p[0], p[1], variant="c")[0])
+
+
+def pearson(x: ArrayLike, y: ArrayLike) -> float:
+    """Pearson's r."""
+    p = _pair(x, y)
+    return math.nan if p is None else _safe(lambda: _st.pearsonr(p[0], p[1])[0])
+
+
+def spearman(x: ArrayLike, y: ArrayLike) -> float:
+    """Spearman's rho (Pearson on average ranks)."""
+    p = _pair(x, y)
+    return math.nan if p is None else _safe(lambda: _st.spearmanr(p[0], p[1])[0])
+
+
+CORRELATIONS: dict[str, Callable[[ArrayLike, ArrayLike], float]] = {
+    "tau_b": kendall_tau_b,
+    "tau_c": kendall_tau_c,
+    "pearson": pearson,
+    "spearman": spearman,
+}
+
+
+def pair_outcomes(preferred: ArrayLike, other: ArrayLike) -> np.ndarray:
+    """Per pair: ``1`` when the human-preferred caption scored higher, ``0`` on a tie, ``-1`` else."""
+    a = np.asarray(preferred, dtype=float)
+    b = np.asarray(other, dtype=float)
+    return np.sign(a - b).astype(int)
+
+
+def pairwise_accuracy(outcomes: ArrayLike, ties: TieRule = "wrong") -> float:
+    """Share of pairs the judge got right (``outcomes`` from :func:`pair_outcomes`), in [0, 1].
+
+    ``ties="wrong"`` counts a tie as a miss (FLEUR: ``true_count`` only on a strict win);
+    ``ties="half"`` gives a tie half a hit. NaN for no pairs.
+    """
+    if ties not in TIE_RULES:
+        raise ValueError(f"tie rule must be one of {TIE_RULES}, not {ties!r}")
+    o = np.asarray(outcomes, dtype=float)
+    if o.size == 0:
+        return math.nan
+    hits = float(np.sum(o > 0)) + (0.5 * float(np.sum(o == 0)) if ties == "half" else 0.0)
+    return hits / o.size
+
+
+def pick_one_accuracy(groups: Sequence[tuple[Sequence[float], int]], ties: TieRule = "wrong") -> float:
+    """Accuracy of picking the one correct caption among N (Flaws-Caption style).
+
+    Each group is ``(scores of the N captions, index of the correct one)``. A group is a hit when the
+    correct caption has the strictly highest score; when it shares the top score with ``k - 1``
+    others it is a miss (``ties="wrong"``) or worth ``1 / k`` (``ties="half"``: the expected hit of
+    a random choice among the tied). NaN for no groups.
+    """
+    if ties not in TIE_RULES:
+        raise ValueError(f"tie rule must be one of {TIE_RULES}, not {ties!r}")
+    if not groups:
+        return math.nan
+    total = 0.0
+    for scores, correct in groups:
+        s = np.asarray(scores, dtype=float)
+        top = s.max()
+        if s[correct] < top:
+            continue
+        k = int(np.sum(s == top))
+        if k == 1:
+            total += 1.0
+        elif ties == "half":
+            total += 1.0 / k
+    return total / len(groups)
+
+
+def bootstrap_ci(
+    statistic: Callable[[np.ndarray], float],
+    n_units: int,
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> tuple[float, float]:
+    """Percentile bootstrap confidence interval.
+
+    ``statistic(indices)`` computes the measure on the units at ``indices`` (drawn with
+    replacement from ``range(n_units)``); units are what is resampled (a judged caption with all its
+    rating rows, or a pair). Resamples where the statistic is undefined are dropped. Returns
+    ``(nan, nan)`` when nothing can be estimated.
+    """
+    if n_units < 2 or n_resamples < 1:
+        return (math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    values = []
+    for _ in range(n_resamples):
+        v = statistic(rng.integers(0, n_units, size=n_units))
+        if not math.isnan(v):
+            values.append(v)
+    if not values:
+        return (math.nan, math.nan)
+    lo = (1.0 - confidence) / 2
+    return (float(np.quantile(values, lo)), float(np.quantile(values, 1.0 - lo)))

@@ -1,0 +1,229 @@
+"""Prompt templates and judging methods, by name.
+
+A *template* is a Jinja file (``templates/*.j2``, shipped as package data) or a user's string or
+file, rendered with ``StrictUndefined`` so that a missing variable is an error, never a silent blank.
+User templates are rendered in jinja2's sandboxed environment.
+
+A *method* ties templates to a parser and a scale: ``vanilla``, ``reference``, ``description``,
+``visce2`` (seed 001), ``fleur``, ``ref-fleur`` (seed 004), ``gpt4v-grade``, ``gpt4v-pairwise``
+(seed 003), ``listwise`` (seed 002), and the ``*-code`` variants with the VisCE2 repository's prompts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from functools import cached_property
+from importlib import resources
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+import jinja2.meta
+import jinja2.sandbox
+
+LLAVA_V1_SYSTEM = (
+    "A chat between a curious human and an artificial intelligence assistant. "
+    "The assistant gives helpful, detailed, and polite answers to the human's questions."
+)
+"""The system sentence of LLaVA's ``llava_v1`` conversation, used by FLEUR's and VisCE2's code."""
+
+
+class UnknownMethodError(ValueError):
+    """No method or template of that name is registered."""
+
+
+class TemplateError(ValueError):
+    """A template could not be parsed or rendered (names the template and the cause)."""
+
+
+_PACKAGE_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
+_SANDBOX_ENV = jinja2.sandbox.ImmutableSandboxedEnvironment(
+    undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False
+)
+
+
+@dataclass(frozen=True)
+class PromptTemplate:
+    """A named Jinja template. ``hash`` identifies its exact source (written into every result)."""
+
+    name: str
+    source: str
+    origin: str = "package"
+    sandboxed: bool = False
+
+    @cached_property
+    def _compiled(self) -> jinja2.Template:
+        env = _SANDBOX_ENV if self.sandboxed else _PACKAGE_ENV
+        try:
+            return env.from_string(self.source)
+        except jinja2.TemplateSyntaxError as exc:
+            raise TemplateError(f"template {self.name!r} ({self.origin}) has a syntax error on line {exc.lineno}: {exc.message}") from None
+
+    @cached_property
+    def hash(self) -> str:
+        """First 16 hex digits of the SHA-256 of the template source."""
+        return hashlib.sha256(self.source.encode("utf-8")).hexdigest()[:16]
+
+    @cached_property
+    def variables(self) -> frozenset[str]:
+        """The variables the template uses (``caption``, ``references``, ``context``, ...)."""
+        env = _SANDBOX_ENV if self.sandboxed else _PACKAGE_ENV
+        return frozenset(jinja2.meta.find_undeclared_variables(env.parse(self.source)))
+
+    def render(self, **variables: Any) -> str:
+        """Render with the given variables; a missing variable raises :class:`TemplateError`."""
+        try:
+            return self._compiled.render(**variables)
+        except jinja2.UndefinedError as exc:
+            raise TemplateError(f"template {self.name!r} needs a variable that was not given: {exc.message}") from None
+        except jinja2.sandbox.SecurityError as exc:
+            raise TemplateError(f"template {self.name!r} tried an unsafe operation: {exc}") from None
+
+
+_TEMPLATES: dict[str, PromptTemplate] = {}
+
+
+def _package_template(name: str) -> PromptTemplate:
+    src = resources.files("capjudge.prompts").joinpath("templates", f"{name}.j2").read_text(encoding="utf-8")
+    return PromptTemplate(name=name, source=src, origin=f"capjudge/prompts/templates/{name}.j2")
+
+
+def get_template(name: str) -> PromptTemplate:
+    """A registered template, or a packaged ``templates/<name>.j2``."""
+    if name in _TEMPLATES:
+        return _TEMPLATES[name]
+    try:
+        tpl = _package_template(name)
+    except (FileNotFoundError, OSError):
+        raise UnknownMethodError(f"no template named {name!r} (known: {', '.join(list_templates())})") from None
+    _TEMPLATES[name] = tpl
+    return tpl
+
+
+def list_templates() -> list[str]:
+    """Names of the packaged and registered templates."""
+    packaged = {p.name[:-3] for p in resources.files("capjudge.prompts").joinpath("templates").iterdir() if p.name.endswith(".j2")}
+    return sorted(packaged | set(_TEMPLATES))
+
+
+def register_template(name: str, source: str | None = None, *, path: str | Path | None = None, overwrite: bool = False) -> PromptTemplate:
+    """Register a user template from a string or a file; it is rendered in a sandbox.
+
+    Raises :class:`TemplateError` for a syntax error (checked at once) and ``ValueError`` when the
+    name is taken (unless ``overwrite``) or neither/both of ``source`` and ``path`` are given.
+    """
+    if (source is None) == (path is None):
+        raise ValueError("give exactly one of source= or path=")
+    if not overwrite and name in list_templates():
+        raise ValueError(f"a template named {name!r} already exists (pass overwrite=True to replace it)")
+    if path is not None:
+        source = Path(path).read_text(encoding="utf-8")
+        origin = str(path)
+    else:
+        origin = "<string>"
+    assert source is not None
+    tpl = PromptTemplate(name=name, source=source, origin=origin, sandboxed=True)
+    tpl._compiled  # noqa: B018 - fail now on a syntax error
+    _TEMPLATES[name] = tpl
+    return tpl
+
+
+Kind = Literal["score", "pairwise", "listwise"]
+
+
+@dataclass(frozen=True)
+class Method:
+    """A judging method: which templates, how to parse, on which scale.
+
+    ``context_template`` (two-step methods) is asked once per image and its answer fills
+    ``{{ context }}`` of ``template``. ``smoothing`` applies FLEUR's digit-probability smoothing.
+    ``system`` is the system sentence the paper's code used with LLaVA (``None``: no system turn).
+    """
+
+    name: str
+    template: str
+    kind: Kind = "score"
+    scale: tuple[float, float] = (0.0, 100.0)
+    context_template: str | None = None
+    explain_template: str | None = None
+    smoothing: bool = False
+    needs_references: bool = False
+    system: str | None = None
+    max_new_tokens: int = 32
+    context_max_new_tokens: int = 512
+    paper: str = ""
+    description: str = ""
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def two_step(self) -> bool:
+        """True when a per-image first step (description / visual context) precedes scoring."""
+        return self.context_template is not None
+
+    def templates(self) -> list[PromptTemplate]:
+        """Every template the method renders, in order."""
+        names = [n for n in (self.context_template, self.template, self.explain_template) if n]
+        return [get_template(n) for n in names]
+
+    @property
+    def template_hash(self) -> str:
+        """One hash over all the method's templates (written into results)."""
+        h = hashlib.sha256()
+        for t in self.templates():
+            h.update(t.source.encode("utf-8"))
+            h.update(b"\0")
+        return h.hexdigest()[:16]
+
+    def with_options(self, **changes: Any) -> Method:
+        """A copy with some fields changed (e.g. another template)."""
+        return replace(self, **changes)
+
+
+_VISCE2 = "VisCE2 (seed 001), Appendix A, Table 5"
+_METHODS: dict[str, Method] = {}
+
+
+def register_method(method: Method, *, overwrite: bool = False) -> Method:
+    """Register a method (its templates must exist)."""
+    if method.name in _METHODS and not overwrite:
+        raise ValueError(f"a method named {method.name!r} already exists (pass overwrite=True to replace it)")
+    for name in (method.template, method.context_template, method.explain_template):
+        if name:
+            get_template(name)
+    _METHODS[method.name] = method
+    return method
+
+
+def get_method(name: str | Method) -> Method:
+    """A registered method by name (a :class:`Method` is returned unchanged)."""
+    if isinstance(name, Method):
+        return name
+    key = name.strip().lower().replace("_", "-")
+    if key not in _METHODS:
+        raise UnknownMethodError(f"unknown method {name!r} (known: {', '.join(list_methods())})")
+    return _METHODS[key]
+
+
+def list_methods() -> list[str]:
+    """Names of the registered methods."""
+    return sorted(_METHODS)
+
+
+for _m in (
+    Method("vanilla", "vanilla", system=LLAVA_V1_SYSTEM, paper=_VISCE2, description="Task instruction and caption only; 0-100."),
+    Method("reference", "reference", needs_references=True, system=LLAVA_V1_SYSTEM, paper=_VISCE2, description="Vanilla plus the reference captions; 0-100."),
+    Method("description", "description_score", context_template="description_context", system=LLAVA_V1_SYSTEM, paper=_VISCE2, description="Step 1: detailed description of the image (once per image); step 2: rate with it; 0-100."),
+    Method("visce2", "visce2_score", context_template="visce2_context", system=LLAVA_V1_SYSTEM, paper=_VISCE2, description="Step 1: structured visual context (objects, features, relations; once per image); step 2: rate with it; 0-100."),
+    Method("vanilla-code", "vanilla_code", system=LLAVA_V1_SYSTEM, paper="VisCE2 official code, prompts/base.txt", description="Vanilla with the exact prompt of the VisCE2 repository."),
+    Method("reference-code", "reference_code", needs_references=True, system=LLAVA_V1_SYSTEM, paper="VisCE2 official code, prompts/references.txt", description="Reference with the exact prompt of the VisCE2 repository."),
+    Method("description-code", "visce2_score_code", context_template="description_context", system=LLAVA_V1_SYSTEM, paper="VisCE2 official code, prompts/captions.txt", description="Description with the exact step-2 prompt of the VisCE2 repository."),
+    Method("visce2-code", "visce2_score_code", context_template="visce2_context", system=LLAVA_V1_SYSTEM, paper="VisCE2 official code, prompts/visce_2.txt", description="VisCE2 with the exact step-2 prompt of the VisCE2 repository."),
+    Method("fleur", "fleur", scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, paper="FLEUR (seed 004), Sec. 3.1-3.2", description="Reference-free 0.0-1.0 score, smoothed over the digit probabilities."),
+    Method("ref-fleur", "ref_fleur", scale=(0.0, 1.0), smoothing=True, needs_references=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, paper="FLEUR (seed 004), Sec. 3.3", description="FLEUR with the reference captions in the prompt."),
+    Method("gpt4v-grade", "gpt4v_grade", max_new_tokens=256, paper="GPT-4V as a generalist evaluator (seed 003), Sec. 2", description="Single-answer grading on a 0-100 scale; JSON answer with score and reasoning."),
+    Method("gpt4v-pairwise", "gpt4v_pairwise", kind="pairwise", max_new_tokens=256, paper="GPT-4V as a generalist evaluator (seed 003), Sec. 2", description="Pairwise comparison (Answer 1 / Answer 2 / Tie), asked in both orders and combined by the dual-sided vote."),
+    Method("listwise", "listwise", kind="listwise", scale=(0.0, 1.0), max_new_tokens=128, paper="Cobra effect (seed 002), Fig. 4", description="All candidate captions of an image in one prompt, each scored 0-1."),
+):
+    register_method(_m)

@@ -1,0 +1,247 @@
+"""Token usage, cost and budgets for API judges.
+
+Every API call reports its token counts (:class:`capjudge.backends.base.Usage`); a
+:class:`UsageTracker` adds them up for a run and prices them from a :class:`PriceTable` (USD per
+million tokens, overridable from a dict or a JSON file). With ``max_cost`` set, the tracker refuses
+to send a request whose worst-case cost could take the run over budget: that request, and every
+later one, fails with :class:`BudgetExceeded` (an error record), and results already obtained are
+kept. Cached answers cost nothing and are not counted.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Union
+
+from capjudge.backends.base import BackendError, Usage
+
+
+class BudgetExceeded(BackendError):
+    """A request was not sent because it could take the run past its ``max_cost`` budget."""
+
+
+@dataclass(frozen=True)
+class Price:
+    """USD per one million tokens."""
+
+    input: float
+    output: float
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        """The cost of one call in USD."""
+        return (prompt_tokens * self.input + completion_tokens * self.output) / 1e6
+
+
+PRICES_AS_OF = "2025-08"
+"""When :data:`DEFAULT_PRICES` was written down; prices change, override them for real budgets."""
+
+# Standard (non-batch, non-cached-input) list prices in USD per 1M tokens, as published by OpenAI.
+# Azure's prices for the same models are close but not identical; pass your own for exact budgets.
+DEFAULT_PRICES: dict[str, Price] = {
+    "gpt-4o": Price(2.50, 10.00),
+    "gpt-4o-2024-05-13": Price(5.00, 15.00),
+    "gpt-4o-mini": Price(0.15, 0.60),
+    "gpt-4-turbo": Price(10.00, 30.00),
+    "gpt-4-vision-preview": Price(10.00, 30.00),
+    "gpt-4-1106-vision-preview": Price(10.00, 30.00),
+    "gpt-4": Price(30.00, 60.00),
+    "gpt-4.1": Price(2.00, 8.00),
+    "gpt-4.1-mini": Price(0.40, 1.60),
+    "gpt-4.1-nano": Price(0.10, 0.40),
+    "o1": Price(15.00, 60.00),
+    "o3": Price(2.00, 8.00),
+    "o3-mini": Price(1.10, 4.40),
+    "o4-mini": Price(1.10, 4.40),
+    "gpt-5": Price(1.25, 10.00),
+    "gpt-5-mini": Price(0.25, 2.00),
+    "gpt-5-nano": Price(0.05, 0.40),
+}
+
+PriceSource = Union["PriceTable", Mapping[str, Any], str, Path, None]
+
+
+def _to_price(value: Any, name: str) -> Price:
+    if isinstance(value, Price):
+        return value
+    if isinstance(value, Mapping):
+        try:
+            return Price(float(value["input"]), float(value["output"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise ValueError(f"price of {name!r} needs numeric 'input' and 'output' (USD per 1M tokens): {value!r}") from exc
+    if isinstance(value, (list, tuple)) and len(value) == 2:
+        return Price(float(value[0]), float(value[1]))
+    raise ValueError(f"price of {name!r} must be {{'input': x, 'output': y}} or [x, y], got {value!r}")
+
+
+class PriceTable:
+    """Model name -> :class:`Price`. Lookup is case-insensitive: the exact name first, then the longest
+    table entry that the name starts with followed by ``-`` (``gpt-4o-2024-08-06`` -> ``gpt-4o``)."""
+
+    def __init__(self, prices: Mapping[str, Any] | None = None, *, include_defaults: bool = True) -> None:
+        self.prices: dict[str, Price] = dict(DEFAULT_PRICES) if include_defaults else {}
+        for name, value in (prices or {}).items():
+            self.prices[name.lower()] = _to_price(value, name)
+
+    @classmethod
+    def load(cls, source: PriceSource = None) -> PriceTable:
+        """A table from ``None`` (defaults), a mapping, a JSON file path or a table (returned as is).
+
+        The JSON file maps model names to ``{"input": usd_per_1M, "output": usd_per_1M}``; its entries
+        are added to (and override) the defaults.
+        """
+        if isinstance(source, PriceTable):
+            return source
+        if source is None:
+            return cls()
+        if isinstance(source, (str, Path)):
+            path = Path(source)
+            try:
+                data = json.loads(path.read_text())
+            except (OSError, ValueError) as exc:
+                raise ValueError(f"price file {str(path)!r} could not be read: {exc}") from exc
+            if not isinstance(data, dict):
+                raise ValueError(f"price file {str(path)!r} must hold a JSON object of model -> price")
+            return cls(data)
+        return cls(source)
+
+    def lookup(self, model: str | None) -> Price | None:
+        """The price of ``model``, or ``None`` when the table does not know it."""
+        if not model:
+            return None
+        name = model.lower()
+        if name not in self.prices:
+            name = name.rsplit("/", 1)[-1]  # "openai/gpt-4o" as some gateways name it
+        if name in self.prices:
+            return self.prices[name]
+        best = None
+        for key in self.prices:
+            if name.startswith(key + "-") and (best is None or len(key) > len(best)):
+                best = key
+        return self.prices[best] if best is not None else None
+
+    def cost(self, model: str | None, usage: Usage | None) -> float | None:
+        """The cost of one call, or ``None`` when the model has no price."""
+        price = self.lookup(model)
+        if price is None or usage is None:
+            return None
+        return price.cost(usage.prompt_tokens, usage.completion_tokens)
+
+
+@dataclass
+class _ModelTotals:
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    unpriced_calls: int = 0
+
+
+@dataclass
+class UsageTracker:
+    """Run-level token and cost accounting with an optional budget (thread-safe).
+
+    Before a call, :meth:`reserve` books its worst-case cost; after it, :meth:`settle` replaces the
+    booking by the real cost (or :meth:`release` drops it when the call failed). A reservation that
+    would take ``spent + reserved`` above ``max_cost`` raises :class:`BudgetExceeded`, and from then
+    on every reservation does, so a run stops cleanly instead of trickling on.
+    """
+
+    prices: PriceTable = field(default_factory=PriceTable)
+    max_cost: float | None = None
+    spent: float = 0.0
+    reserved: float = 0.0
+    stopped: bool = False
+    by_model: dict[str, _ModelTotals] = field(default_factory=dict)
+    refused: int = 0
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
+
+    def reserve(self, amount: float, *, what: str = "request") -> float:
+        """Book ``amount`` USD for a call about to be sent; raises :class:`BudgetExceeded`."""
+        with self._lock:
+            if self.max_cost is not None and (self.stopped or self.spent + self.reserved + amount > self.max_cost):
+                self.stopped = True
+                self.refused += 1
+                raise BudgetExceeded(
+                    f"{what} not sent: budget max_cost=${self.max_cost:.4f} reached "
+                    f"(spent ${self.spent:.4f}, in flight ${self.reserved:.4f}, this call up to ${amount:.4f})"
+                )
+            self.reserved += amount
+            return amount
+
+    def release(self, reserved: float) -> None:
+        """Drop a booking whose call failed without a usage report."""
+        with self._lock:
+            self.reserved = max(0.0, self.reserved - reserved)
+
+    def settle(self, reserved: float, model: str, usage: Usage | None, cost: float | None) -> None:
+        """Replace a booking by the call's real usage and cost (``None``: unknown price)."""
+        with self._lock:
+            self.reserved = max(0.0, self.reserved - reserved)
+            totals = self.by_model.setdefault(model or "?", _ModelTotals())
+            totals.calls += 1
+            if usage is not None:
+                totals.prompt_tokens += usage.prompt_tokens
+                totals.completion_tokens += usage.completion_tokens
+            if cost is None:
+                totals.unpriced_calls += 1
+            else:
+                totals.cost_usd += cost
+                self.spent += cost
+
+    def record(self, model: str, usage: Usage | None) -> float | None:
+        """Count one call made outside :meth:`reserve` (priced from the table); returns its cost."""
+        cost = self.prices.cost(model, usage)
+        self.settle(0.0, model, usage, cost)
+        return cost
+
+    @property
+    def calls(self) -> int:
+        """Calls that reached the server and answered."""
+        with self._lock:
+            return sum(t.calls for t in self.by_model.values())
+
+    def summary(self) -> dict[str, Any]:
+        """Totals for a run summary: calls, tokens, cost (USD), budget, refused requests, per model."""
+        with self._lock:
+            models = {k: asdict(v) for k, v in self.by_model.items()}
+            return {
+                "calls": sum(t.calls for t in self.by_model.values()),
+                "prompt_tokens": sum(t.prompt_tokens for t in self.by_model.values()),
+                "completion_tokens": sum(t.completion_tokens for t in self.by_model.values()),
+                "cost_usd": round(self.spent, 6),
+                "unpriced_calls": sum(t.unpriced_calls for t in self.by_model.values()),
+                "max_cost": self.max_cost,
+                "budget_refused": self.refused,
+                "prices_as_of": PRICES_AS_OF,
+                "by_model": models,
+            }
+
+
+def image_tokens(width: int | None, height: int | None, detail: str | None, *, base: int = 85, tile: int = 170) -> int:
+    """OpenAI's token count for one image: ``base`` for ``detail="low"``; else the image is fitted in
+    2048x2048, its short side scaled to 768, and each 512-pixel tile costs ``tile`` more.
+
+    With an unknown size the worst case for ``high``/``auto`` (8 tiles) is returned.
+    """
+    if detail == "low":
+        return base
+    if not width or not height:
+        return base + 8 * tile
+    w, h = float(width), float(height)
+    if max(w, h) > 2048:
+        s = 2048 / max(w, h)
+        w, h = w * s, h * s
+    if min(w, h) > 768:
+        s = 768 / min(w, h)
+        w, h = w * s, h * s
+    return base + tile * math.ceil(w / 512) * math.ceil(h / 512)
+
+
+def estimate_text_tokens(text: str) -> int:
+    """A deliberately generous token estimate for budgeting (about 3 characters per token)."""
+    return len(text) // 3 + 4
