@@ -252,6 +252,9 @@ class FakeOpenAIServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            # Headers and body go out in two writes: without TCP_NODELAY, Nagle's algorithm and the
+            # client's delayed ACK add ~40 ms to every keep-alive answer.
+            disable_nagle_algorithm = True
 
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr
                 pass

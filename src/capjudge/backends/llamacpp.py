@@ -1,6 +1,6 @@
 """llama.cpp backend: LLaVA-1.5 GGUF models (and their CLIP projector, ``mmproj``) in-process.
 
-Spec: ``llamacpp:<model.gguf>?mmproj=<mmproj.gguf>&n_ctx=4096&n_threads=8&n_gpu_layers=0&seed=0``.
+Spec: ``llamacpp:<model.gguf>?mmproj=<mmproj.gguf>&n_ctx=2048&n_threads=8&n_gpu_layers=0&seed=0``.
 
 The model and projector are loaded with ``llama-cpp-python`` (``Llama`` and the libmtmd-based
 ``Llava15ChatHandler``); the backend then drives llama.cpp itself rather than going through
@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import itertools
 import threading
 import weakref
 from collections.abc import Sequence
@@ -50,9 +51,10 @@ from capjudge.images import LoadedImage
 
 __all__ = ["LlamaCppBackend", "ProjectorMismatchError", "from_spec", "render_llava_v1"]
 
-DEFAULT_N_CTX = 4096  # LLaVA-1.5: 576 image tokens + system + prompt + answer fit easily
+DEFAULT_N_CTX = 2048  # LLaVA-1.5 was trained at 2048; 576 image tokens + prompt + answer fit
 MAX_TOP_LOGPROBS = 100
 _DIGEST_BYTES = 1 << 20
+_UNNAMED = itertools.count()
 
 
 class ProjectorMismatchError(BackendError):
@@ -289,7 +291,7 @@ class LlamaCppBackend(Backend):
                 try:
                     out[i] = self._run(requests[i])
                 except Exception as exc:  # noqa: BLE001 - one bad request never loses the others
-                    out[i] = exc if isinstance(exc, BackendError) else BackendError(f"{type(exc).__name__}: {exc}")
+                    out[i] = exc
         return out
 
     def close(self) -> None:
@@ -349,7 +351,8 @@ class LlamaCppBackend(Backend):
                 ptr = m.mtmd_input_chunk_get_tokens_text(c, ctypes.byref(n))
                 out.append(_Chunk(("text", tuple(ptr[j] for j in range(n.value))), int(m.mtmd_input_chunk_get_n_pos(c))))
             else:
-                cid = m.mtmd_input_chunk_get_id(c)
+                # the id is the image's sha256 (set on the bitmap); never let two unnamed images match
+                cid = m.mtmd_input_chunk_get_id(c) or f"unnamed-{next(_UNNAMED)}".encode()
                 out.append(_Chunk(("media", cid, int(m.mtmd_input_chunk_get_n_tokens(c))), int(m.mtmd_input_chunk_get_n_pos(c))))
         return out, chunks, bitmaps
 
@@ -367,17 +370,16 @@ class LlamaCppBackend(Backend):
             last = i == len(chunks) - 1
             if isinstance(mt_chunks, list):  # text-only backend: one chunk of tokens
                 self._decode(list(chunks[i].key[1]), n_past)
-                new_past = n_past + chunks[i].n_pos
             else:
-                out = llama_cpp.llama_pos(0)
+                out = llama_cpp.llama_pos(n_past)
                 rc = m.mtmd_helper_eval_chunk_single(
                     self._handler.mtmd_ctx, self._ctx, m.mtmd_input_chunks_get(mt_chunks, i),
                     n_past, 0, self._llm.n_batch, last, ctypes.byref(out),
                 )
                 if rc != 0:
                     raise BackendError(f"llama.cpp failed to evaluate prompt chunk {i} (error {rc})")
-                new_past = int(out.value)
-            n_past = new_past
+            # Not the helper's new_n_past: for text chunks it counts from its initial value.
+            n_past += chunks[i].n_pos
             self._kv.append(chunks[i])
         return reused
 
@@ -526,7 +528,7 @@ def _opt_bool(value: Any) -> bool:
 def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
     """Build the backend from a parsed ``llamacpp:<model.gguf>?mmproj=...`` spec.
 
-    Options (spec query or keyword): ``mmproj``, ``n_ctx`` (default 4096), ``n_threads``,
+    Options (spec query or keyword): ``mmproj``, ``n_ctx`` (default 2048), ``n_threads``,
     ``n_gpu_layers`` (default 0; -1 offloads all), ``n_batch`` (512), ``seed`` (0), ``verbose``.
     """
     known = {"mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "seed", "verbose", "clip_model_path"}

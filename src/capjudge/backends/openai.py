@@ -24,6 +24,7 @@ import concurrent.futures
 import contextlib
 import json
 import logging
+import math
 import os
 import re
 import threading
@@ -195,6 +196,7 @@ class OpenAIBackend(Backend):
         self._loop: _LoopThread | None = None
         self._loop_lock = threading.Lock()
         self._sem: asyncio.Semaphore | None = None
+        self._prompt_scale = 1.0
 
     # -- construction ----------------------------------------------------------------------------
     def _resolve_endpoint(self, base_url: str | None, azure_endpoint: str | None, api_version: str | None) -> tuple[str | None, str | None]:
@@ -296,18 +298,25 @@ class OpenAIBackend(Backend):
             params["extra_body"] = dict(self.extra_body)
         return params
 
-    def _estimate_cost(self, request: Request) -> float:
-        """Worst-case cost of a request, for the budget (generous token estimates)."""
-        price = self.prices.lookup(self.model_name)
-        if price is None:
-            return 0.0
-        prompt = 0
+    def _estimate_prompt_tokens(self, request: Request) -> int:
+        """A generous prompt-token estimate: text at ~3 characters a token, images by OpenAI's rule
+        (worst case when the size is unknown)."""
+        prompt = 3
         for m in request.messages:
-            prompt += estimate_text_tokens(m.content)
+            prompt += estimate_text_tokens(m.content) + 4
             for img in m.images:
                 pil = getattr(img, "_pil", None)
                 w, h = pil.size if pil is not None else (None, None)
                 prompt += image_tokens(w, h, self.detail, base=self.model_caps.image_base_tokens, tile=self.model_caps.image_tile_tokens)
+        return prompt
+
+    def _estimate_cost(self, prompt_estimate: int, request: Request) -> float:
+        """Worst-case cost of a request, for the budget. The prompt estimate is scaled by the largest
+        ratio of reported to estimated prompt tokens seen so far (self-calibrating)."""
+        price = self.prices.lookup(self.model_name)
+        if price is None:
+            return 0.0
+        prompt = math.ceil(prompt_estimate * self._prompt_scale)
         completion = request.config.max_new_tokens * max(1, request.config.n)
         return price.cost(prompt, completion)
 
@@ -406,7 +415,8 @@ class OpenAIBackend(Backend):
         if self._sem is None:
             self._sem = asyncio.Semaphore(self.concurrency)
         async with self._sem:
-            booked = self.usage.reserve(self._estimate_cost(request), what=label) if self.usage.max_cost is not None else 0.0
+            estimate = self._estimate_prompt_tokens(request)
+            booked = self.usage.reserve(self._estimate_cost(estimate, request), what=label) if self.usage.max_cost is not None else 0.0
             try:
                 completion = await self._call(request, label)
             except BaseException:
@@ -416,6 +426,8 @@ class OpenAIBackend(Backend):
             if cost is None and completion.model != self.model_name:
                 cost = self.prices.cost(completion.model, completion.usage)
             self.usage.settle(booked, completion.model, completion.usage, cost)
+            if completion.usage is not None and completion.usage.prompt_tokens > estimate:
+                self._prompt_scale = max(self._prompt_scale, completion.usage.prompt_tokens / estimate)
             completion.meta["cost_usd"] = cost
         if self.estimate_samples and completion.meta.get("logprobs_refused"):
             completion.meta["sampling_estimate"] = (await self._sample_estimate(request, label)).to_dict()

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -123,6 +123,37 @@ def pick_one_accuracy(groups: Sequence[tuple[Sequence[float], int]], ties: TieRu
     return total / len(groups)
 
 
+def bootstrap_cis(
+    statistic: Callable[[np.ndarray], Mapping[str, float]],
+    n_units: int,
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, tuple[float, float]]:
+    """Percentile bootstrap confidence intervals of several measures at once.
+
+    ``statistic(indices)`` computes the measures on the units at ``indices`` (drawn with replacement
+    from ``range(n_units)``); a unit is what is resampled (a judged caption with all its rating rows,
+    or a pair). Resamples where a measure is undefined (NaN) are dropped for that measure; a measure
+    never defined gets ``(nan, nan)``. Deterministic for a given ``seed``.
+    """
+    if n_units < 2 or n_resamples < 1:
+        return {}
+    rng = np.random.default_rng(seed)
+    values: dict[str, list[float]] = {}
+    for _ in range(n_resamples):
+        for name, v in statistic(rng.integers(0, n_units, size=n_units)).items():
+            values.setdefault(name, [])
+            if not math.isnan(v):
+                values[name].append(v)
+    lo = (1.0 - confidence) / 2
+    return {
+        name: (float(np.quantile(vs, lo)), float(np.quantile(vs, 1.0 - lo))) if vs else (math.nan, math.nan)
+        for name, vs in values.items()
+    }
+
+
 def bootstrap_ci(
     statistic: Callable[[np.ndarray], float],
     n_units: int,
@@ -131,22 +162,9 @@ def bootstrap_ci(
     seed: int = 0,
     confidence: float = 0.95,
 ) -> tuple[float, float]:
-    """Percentile bootstrap confidence interval.
+    """Percentile bootstrap confidence interval of one measure (see :func:`bootstrap_cis`).
 
-    ``statistic(indices)`` computes the measure on the units at ``indices`` (drawn with
-    replacement from ``range(n_units)``); units are what is resampled (a judged caption with all its
-    rating rows, or a pair). Resamples where the statistic is undefined are dropped. Returns
-    ``(nan, nan)`` when nothing can be estimated.
+    Returns ``(nan, nan)`` when nothing can be estimated.
     """
-    if n_units < 2 or n_resamples < 1:
-        return (math.nan, math.nan)
-    rng = np.random.default_rng(seed)
-    values = []
-    for _ in range(n_resamples):
-        v = statistic(rng.integers(0, n_units, size=n_units))
-        if not math.isnan(v):
-            values.append(v)
-    if not values:
-        return (math.nan, math.nan)
-    lo = (1.0 - confidence) / 2
-    return (float(np.quantile(values, lo)), float(np.quantile(values, 1.0 - lo)))
+    cis = bootstrap_cis(lambda idx: {"v": statistic(idx)}, n_units, n_resamples=n_resamples, seed=seed, confidence=confidence)
+    return cis.get("v", (math.nan, math.nan))

@@ -8,7 +8,8 @@ like a (meaningless) judge, so that every code path runs on it:
 * after ``:`` (the end of ``ASSISTANT:``) it answers ``0``, then ``.``, then decimal digits, then
   stops: a FLEUR-style ``0.xy`` answer whose digits and length depend on the image and caption;
 * when the prompt contains the word ``xyzzy`` (one attention head looks for it), it answers
-  ``xyzzy`` instead: an answer with no number in it.
+  ``xyzzy`` instead: an answer with no number in it;
+* when the prompt contains the word ``Answer`` (the pairwise prompt), it answers ``A`` or ``B``.
 
 Its scores mean nothing. It is for tests, the offline demo and speed benchmarks.
 """
@@ -31,6 +32,7 @@ LLAVA_CHAT_TEMPLATE = (
 )
 
 TRIGGER_WORD = "xyzzy"
+PAIR_WORD = "Answer"
 
 _WORDS = (
     "a an the two three several many dog dogs cat cats man woman child children boy girl people person "
@@ -63,7 +65,7 @@ def _corpus(seed: int) -> list[str]:
 def build_tokenizer(seed: int = 0, vocab_size: int = 600):
     """A BPE tokenizer (SentencePiece-style ``▁`` spaces, digits and punctuation split one by one)
     wrapped as a ``PreTrainedTokenizerFast`` with ``<s>``, ``</s>``, ``<unk>``, ``<pad>``,
-    ``<image>`` and the trigger word as single tokens; pads on the left."""
+    ``<image>``, the trigger word and ``Answer`` as single tokens; pads on the left."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import PreTrainedTokenizerFast
 
@@ -81,7 +83,7 @@ def build_tokenizer(seed: int = 0, vocab_size: int = 600):
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet, show_progress=False)
     tok.train_from_iterator(_corpus(seed), trainer=trainer)
     tok.add_special_tokens([AddedToken(s, normalized=False, special=True) for s in specials])
-    tok.add_tokens([AddedToken(TRIGGER_WORD, normalized=False)])
+    tok.add_tokens([AddedToken(TRIGGER_WORD, normalized=False), AddedToken(PAIR_WORD, normalized=False)])
     bos = tok.token_to_id("<s>")
     tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)])
     fast = PreTrainedTokenizerFast(
@@ -207,9 +209,9 @@ def _make_judge_like(model, tokenizer, head_dim: int, seed: int) -> None:
     emb = lm.embed_tokens.weight
     h = emb.shape[1]
     n_mood = 4
-    colon, zero, dot, digit, stop, trig, nflag, bias, img = (h - 1 - i for i in range(9))
-    mood = [h - 10 - i for i in range(n_mood)]
-    reserved = [colon, zero, dot, digit, stop, trig, nflag, bias, img, *mood]
+    colon, zero, dot, digit, stop, trig, nflag, bias, img, ansk, pair = (h - 1 - i for i in range(11))
+    mood = [h - 12 - i for i in range(n_mood)]
+    reserved = [colon, zero, dot, digit, stop, trig, nflag, bias, img, ansk, pair, *mood]
     free = [i for i in range(h) if i not in reserved]
     gen = torch.Generator().manual_seed(seed + 1)
 
@@ -235,6 +237,9 @@ def _make_judge_like(model, tokenizer, head_dim: int, seed: int) -> None:
             emb[i, digit] = 1.0
         emb[tid(TRIGGER_WORD), trig] = 1.0
         emb[tid(TRIGGER_WORD), stop] = 1.0
+        emb[tid(PAIR_WORD), ansk] = 1.0
+        verdicts = [tid("A"), tid("B")]
+        emb[verdicts, stop] = 1.0
 
         w = head.weight
         w.normal_(0.0, 0.4, generator=gen)
@@ -247,10 +252,13 @@ def _make_judge_like(model, tokenizer, head_dim: int, seed: int) -> None:
         w[ids_digits[0], dot] = 0.8
         w[ids_digits[0], digit] = 0.8
         w[eos, digit] = 1.05  # ... or the end of the answer
-        w[eos, stop] = 1.5  # "xyzzy" -> end
+        w[eos, stop] = 2.5  # "xyzzy", "A", "B" -> end
         w[tid(TRIGGER_WORD), nflag] = 3.0
         for i in [*ids_digits, eos]:
             w[i, mood] = randn(n_mood, std=0.5)
+        for i in verdicts:  # pairwise prompts: ":" -> "A" or "B" (the mood decides), then the end
+            w[i, pair] = 3.0
+            w[i, mood] = randn(n_mood, std=0.3)
 
         for layer in lm.layers:  # random layers stay out of the reserved dimensions
             layer.self_attn.o_proj.weight[reserved, :] = 0.0
@@ -258,9 +266,11 @@ def _make_judge_like(model, tokenizer, head_dim: int, seed: int) -> None:
 
         attn = lm.layers[0].self_attn
         hd = head_dim
+        n_heads = attn.q_proj.weight.shape[0] // hd
+        designed = min(4, n_heads) * hd
         for proj in (attn.q_proj, attn.k_proj, attn.v_proj):
-            proj.weight[: 3 * hd, :] = 0.0
-        attn.o_proj.weight[:, : 3 * hd] = 0.0
+            proj.weight[:designed, :] = 0.0
+        attn.o_proj.weight[:, :designed] = 0.0
         # Head 0: the last ":" attends to the trigger word, if any, and copies a "no number" flag.
         # Dimension hd/2 - 1 has the lowest RoPE frequency: the match barely depends on distance.
         low = hd // 2 - 1
@@ -283,6 +293,12 @@ def _make_judge_like(model, tokenizer, head_dim: int, seed: int) -> None:
         # Head 2: uniform attention (zero queries) over everything; reads the image dimension.
         attn.v_proj.weight[2 * hd : 2 * hd + n_mood, img] = randn(n_mood, std=1.0)
         attn.o_proj.weight[mood, 2 * hd : 2 * hd + n_mood] = torch.eye(n_mood) * 0.6
+        # Head 3 (like head 0): a prompt that contains "Answer" (the pairwise prompt) sets a flag.
+        if n_heads >= 4:
+            attn.q_proj.weight[3 * hd + low, colon] = 1.6
+            attn.k_proj.weight[3 * hd + low, ansk] = 1.6
+            attn.v_proj.weight[3 * hd, ansk] = 1.0
+            attn.o_proj.weight[pair, 3 * hd] = 0.55
 
         proj = model.model.multi_modal_projector
         proj.linear_2.weight.mul_(0.5)

@@ -1,0 +1,359 @@
+"""HF transformers backend: LLaVA-1.5 checkpoints (``llava-hf/llava-1.5-7b-hf``, ``-13b-hf`` or a
+local folder) with greedy decoding, batched with left padding, and exact per-step probabilities of
+the digit tokens for FLEUR smoothing.
+
+Prompt format (``chat_format="llava"``, the default) is LLaVA-1.5's own::
+
+    [SYSTEM ]USER: <image>\\n{prompt} ASSISTANT:[ {answer}</s>USER: {follow-up} ASSISTANT:]
+
+With the ``llava_v1`` system sentence this is the prompt FLEUR's and VisCE2's code build; without a
+system turn it is the llava-hf chat template. ``chat_format="template"`` uses the processor's own
+chat template instead (other model families). Images are padded to a square with the image
+processor's mean colour, as LLaVA-1.5 does (``--image-aspect-ratio pad``), before the processor's
+resize and centre crop.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from capjudge.backends.base import (
+    DIGITS,
+    Backend,
+    BackendError,
+    Capabilities,
+    Completion,
+    ContextLengthError,
+    GenerationConfig,
+    Message,
+    Request,
+    TokenStep,
+    Usage,
+)
+from capjudge.backends.registry import BackendSpec
+from capjudge.images import pad_to_square
+
+log = logging.getLogger(__name__)
+
+_TRUE = {"1", "true", "yes", "on"}
+
+
+def _as_bool(v: Any) -> bool:
+    return v if isinstance(v, bool) else str(v).strip().lower() in _TRUE
+
+
+class HFBackend(Backend):
+    """A LLaVA-style model run with HF transformers.
+
+    Parameters
+    ----------
+    model:
+        A hub id (``llava-hf/llava-1.5-13b-hf``; must already be in the local HF cache when offline)
+        or a local folder with the model and its processor.
+    device:
+        ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
+    dtype:
+        ``"auto"`` (float16 on CUDA, float32 on CPU), ``"float16"``, ``"bfloat16"``, ``"float32"``.
+    batch_size:
+        Requests decoded together (left-padded).
+    pad_square:
+        Pad images to a square before preprocessing (LLaVA-1.5's behaviour).
+    chat_format:
+        ``"llava"`` (LLaVA-1.5 conversation, see module doc) or ``"template"`` (processor's chat template).
+    prefix_reuse:
+        Score the captions of one image from one shared prefix computation (see
+        :mod:`capjudge.backends.hf_prefix`); results equal independent decoding.
+    """
+
+    kind = "hf"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        device: str = "auto",
+        dtype: str = "auto",
+        batch_size: int = 8,
+        pad_square: bool = True,
+        chat_format: str = "llava",
+        prefix_reuse: bool = False,
+        local_files_only: bool | None = None,
+        attn_implementation: str | None = None,
+        trust_remote_code: bool = False,
+    ) -> None:
+        try:
+            import torch
+            import transformers
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise BackendError("the hf backend needs torch and transformers: pip install 'capjudge[hf]'") from exc
+        self._torch = torch
+        self.model = model
+        self.spec = f"hf:{model}"
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.device = torch.device(device)
+        if dtype == "auto":
+            dtype = "float16" if self.device.type == "cuda" else "float32"
+        if not hasattr(torch, str(dtype)):
+            raise BackendError(f"unknown dtype {dtype!r} (use float16, bfloat16 or float32)")
+        self.dtype_name = str(dtype)
+        self.batch_size = max(1, int(batch_size))
+        self.pad_square = _as_bool(pad_square)
+        if chat_format not in ("llava", "template"):
+            raise BackendError(f"unknown chat_format {chat_format!r} (use 'llava' or 'template')")
+        self.chat_format = chat_format
+        self.prefix_reuse = _as_bool(prefix_reuse)
+        if local_files_only is None:
+            local_files_only = os.environ.get("HF_HUB_OFFLINE", "0") in _TRUE or Path(model).is_dir()
+        kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
+        if not Path(model).is_dir() and local_files_only and Path(model).suffix:
+            raise BackendError(f"model folder {model!r} not found")
+        try:
+            self.processor = transformers.AutoProcessor.from_pretrained(model, **kwargs)
+            model_kwargs: dict[str, Any] = {"dtype": getattr(torch, self.dtype_name), **kwargs}
+            if attn_implementation:
+                model_kwargs["attn_implementation"] = attn_implementation
+            try:
+                net = transformers.AutoModelForImageTextToText.from_pretrained(model, **model_kwargs)
+            except ValueError:
+                net = transformers.LlavaForConditionalGeneration.from_pretrained(model, **model_kwargs)
+        except OSError as exc:
+            raise BackendError(
+                f"could not load HF model {model!r}: {exc}. Give a local folder, or download the model "
+                "first (huggingface-cli download ...); capjudge never downloads weights itself when offline."
+            ) from exc
+        self.net = net.to(self.device).eval()
+        self.tokenizer = self.processor.tokenizer
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token_id is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.eos_ids = self._eos_ids()
+        self.digit_ids = self._digit_token_ids()
+        text_cfg = getattr(self.net.config, "text_config", self.net.config)
+        self.max_context = int(getattr(text_cfg, "max_position_embeddings", 4096))
+        self.capabilities = Capabilities(
+            logprobs=True,
+            max_top_logprobs=50,
+            exact_digit_probs=self.digit_ids is not None,
+            images=True,
+            max_images=1,
+            batching=True,
+            prefix_reuse=self.prefix_reuse,
+            system_prompt=True,
+        )
+        self._identity = self._make_identity()
+
+    # ---------------------------------------------------------------- setup helpers
+    def _eos_ids(self) -> set[int]:
+        ids: set[int] = set()
+        gc = getattr(self.net, "generation_config", None)
+        eos = getattr(gc, "eos_token_id", None)
+        if isinstance(eos, int):
+            ids.add(eos)
+        elif isinstance(eos, (list, tuple)):
+            ids.update(int(e) for e in eos)
+        if self.tokenizer.eos_token_id is not None:
+            ids.add(int(self.tokenizer.eos_token_id))
+        return ids
+
+    def _digit_token_ids(self) -> list[int] | None:
+        """Token ids of "0".."9" (FLEUR: the last id of ``encode(str(d))``), checked to decode to the digit."""
+        ids = []
+        for d in DIGITS:
+            enc = self.tokenizer.encode(d, add_special_tokens=False)
+            if not enc:
+                return None
+            tid = int(enc[-1])
+            if self.tokenizer.decode([tid]).strip() != d:
+                log.warning("tokenizer of %s has no single token for digit %s: FLEUR smoothing unavailable", self.model, d)
+                return None
+            ids.append(tid)
+        return ids
+
+    def _make_identity(self) -> dict[str, Any]:
+        ident: dict[str, Any] = {"kind": self.kind, "model": self.model, "dtype": self.dtype_name, "pad_square": self.pad_square, "chat_format": self.chat_format}
+        path = Path(self.model)
+        if path.is_dir():
+            h = hashlib.sha256()
+            for f in sorted(path.iterdir()):
+                if f.is_file():
+                    st = f.stat()
+                    h.update(f"{f.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+            ident["files"] = h.hexdigest()[:16]
+        else:
+            ident["revision"] = getattr(self.net.config, "_commit_hash", None)
+        return ident
+
+    def identity(self) -> dict[str, Any]:
+        """Kind, model, dtype and preprocessing settings (local folders: a hash of their files)."""
+        return dict(self._identity)
+
+    # ---------------------------------------------------------------- prompt building
+    def format_prompt(self, messages: Sequence[Message]) -> str:
+        """The prompt text for a conversation (images become ``<image>`` tokens)."""
+        if self.chat_format == "template":
+            conv = []
+            for m in messages:
+                content: list[dict[str, Any]] = [{"type": "image"} for _ in m.images]
+                content.append({"type": "text", "text": m.content})
+                conv.append({"role": m.role, "content": content})
+            return self.processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+        eos = self.tokenizer.eos_token or "</s>"
+        parts: list[str] = []
+        for m in messages:
+            if m.role == "system":
+                parts.append(m.content.strip() + " ")
+            elif m.role == "user":
+                parts.append("USER: " + "<image>\n" * len(m.images) + m.content + " ")
+            else:
+                parts.append("ASSISTANT: " + m.content + eos)
+        return "".join(parts) + "ASSISTANT:"
+
+    def prepare_image(self, request_image: Any) -> Any:
+        """The PIL image the processor receives (padded to a square with the mean colour)."""
+        img = request_image.pil()
+        if self.pad_square:
+            mean = getattr(self.processor.image_processor, "image_mean", None) or (0.5, 0.5, 0.5)
+            img = pad_to_square(img, tuple(int(x * 255) for x in mean))
+        return img
+
+    def encode(self, requests: Sequence[Request]) -> dict[str, Any]:
+        """Tokenize a batch (left-padded) with its pixel values, on the model's device."""
+        texts = [self.format_prompt(r.messages) for r in requests]
+        images = [self.prepare_image(i) for r in requests for i in r.images]
+        kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", "padding": True}
+        if images:
+            kwargs["images"] = images
+        inputs = self.processor(**kwargs)
+        out = {}
+        for k, v in inputs.items():
+            if hasattr(v, "to"):
+                v = v.to(self.device)
+                if k == "pixel_values":
+                    v = v.to(getattr(self._torch, self.dtype_name))
+            out[k] = v
+        return out
+
+    # ---------------------------------------------------------------- generation
+    def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
+        """Answer the requests in batches of ``batch_size`` (same image count and settings per
+        batch); a batch that fails is retried one request at a time, so that only the bad one fails."""
+        results: list[Completion | BaseException | None] = [None] * len(requests)
+        order: dict[tuple[Any, ...], list[int]] = {}
+        for i, r in enumerate(requests):
+            if results[i] is None:
+                key = (len(r.images), r.config)
+                order.setdefault(key, []).append(i)
+        for idx in order.values():
+            for start in range(0, len(idx), self.batch_size):
+                chunk = idx[start : start + self.batch_size]
+                for i, out in zip(chunk, self._generate_safely([requests[i] for i in chunk])):
+                    results[i] = out
+        return [r if r is not None else BackendError("not answered") for r in results]
+
+    def _generate_safely(self, reqs: Sequence[Request]) -> list[Completion | BaseException]:
+        try:
+            return list(self._generate_batch(reqs))
+        except Exception as exc:  # noqa: BLE001 - isolate the failing request
+            if len(reqs) == 1:
+                return [exc if isinstance(exc, BackendError) else BackendError(f"{type(exc).__name__}: {exc}")]
+            log.info("batch of %d failed (%s); retrying one by one", len(reqs), exc)
+            out: list[Completion | BaseException] = []
+            for r in reqs:
+                out.extend(self._generate_safely([r]))
+            return out
+
+    def _check_length(self, n_prompt: int, cfg: GenerationConfig) -> None:
+        if n_prompt + cfg.max_new_tokens > self.max_context:
+            raise ContextLengthError(
+                f"prompt of {n_prompt} tokens + {cfg.max_new_tokens} new tokens exceeds the model's context of {self.max_context}"
+            )
+
+    def _generate_batch(self, reqs: Sequence[Request]) -> list[Completion]:
+        torch = self._torch
+        cfg = reqs[0].config
+        inputs = self.encode(reqs)
+        ids = inputs["input_ids"]
+        attn = inputs["attention_mask"]
+        self._check_length(int(ids.shape[1]), cfg)
+        gen_kwargs: dict[str, Any] = {
+            "max_new_tokens": cfg.max_new_tokens,
+            "return_dict_in_generate": True,
+            "output_logits": cfg.top_logprobs > 0,
+            "pad_token_id": self.tokenizer.pad_token_id,
+            "eos_token_id": sorted(self.eos_ids) or None,
+        }
+        if cfg.deterministic:
+            gen_kwargs.update(do_sample=False, num_beams=1, temperature=None, top_p=None, top_k=None)
+        else:
+            gen_kwargs.update(do_sample=True, temperature=cfg.temperature, top_p=cfg.top_p, top_k=None)
+            if cfg.seed is not None:
+                torch.manual_seed(cfg.seed)
+        with torch.inference_mode():
+            out = self.net.generate(**inputs, **gen_kwargs)
+        seqs = out.sequences[:, ids.shape[1] :]
+        logits = torch.stack(out.logits, dim=1).float() if cfg.top_logprobs > 0 else None  # (B, T, V)
+        results = []
+        for b, req in enumerate(reqs):
+            n_prompt = int(attn[b].sum())
+            results.append(self.completion_from_ids(seqs[b].tolist(), logits[b] if logits is not None else None, req.config, n_prompt))
+        return results
+
+    def completion_from_ids(self, gen_ids: list[int], logits: Any, cfg: GenerationConfig, n_prompt: int) -> Completion:
+        """Build a :class:`Completion` from generated ids (cut at the first end-of-sequence) and,
+        optionally, the raw logits of each step ``(T, V)``."""
+        torch = self._torch
+        n = len(gen_ids)
+        finish = "length"
+        for t, tid in enumerate(gen_ids):
+            if tid in self.eos_ids:
+                n, finish = t, "stop"
+                break
+        kept = gen_ids[:n]
+        text = self.tokenizer.decode(kept, skip_special_tokens=True).strip()
+        steps: list[TokenStep] = []
+        if logits is not None and n:
+            logp = torch.log_softmax(logits[:n].float(), dim=-1)
+            k = max(1, min(cfg.top_logprobs, logp.shape[-1]))
+            top_lp, top_id = logp.topk(k, dim=-1)
+            chosen = logp.gather(1, torch.tensor(kept, device=logp.device).unsqueeze(1)).squeeze(1)
+            digits = logp[:, self.digit_ids] if self.digit_ids is not None else None
+            pieces = self.tokenizer.convert_ids_to_tokens(kept)
+            for t in range(n):
+                top_pieces = self.tokenizer.convert_ids_to_tokens(top_id[t].tolist())
+                steps.append(
+                    TokenStep(
+                        token=pieces[t],
+                        logprob=float(chosen[t]),
+                        top=tuple(zip(top_pieces, (float(x) for x in top_lp[t].tolist()))),
+                        digits=tuple(float(x) for x in digits[t].tolist()) if digits is not None else None,
+                    )
+                )
+        return Completion(
+            text=text,
+            steps=steps,
+            logprobs=bool(steps),
+            model=self.model,
+            usage=Usage(prompt_tokens=n_prompt, completion_tokens=n),
+            finish_reason=finish,
+        )
+
+    def close(self) -> None:
+        """Free the model (and GPU memory)."""
+        self.net = None  # type: ignore[assignment]
+        if self.device.type == "cuda":
+            self._torch.cuda.empty_cache()
+
+
+def from_spec(spec: BackendSpec, **options: Any) -> HFBackend:
+    """``hf:<model id or folder>[?device=cuda&dtype=float16&batch_size=8]``."""
+    if "batch_size" in options:
+        options["batch_size"] = int(options["batch_size"])
+    backend = HFBackend(spec.target, **options)
+    return backend
+

@@ -1,0 +1,103 @@
+"""``capjudge demo``: the whole pipeline on the bundled example images.
+
+With ``--backend`` it uses that model. Without one it builds the tiny random LLaVA of
+:mod:`capjudge.testing.tiny_llava` offline (seconds) and says loudly that its scores mean nothing:
+the point is to show that everything runs (FLEUR with smoothing, VisCE2 in two steps, dual-sided
+pairwise comparison, explanations, error records) on a machine with no model and no network.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+_TINY_WARNING = (
+    "NO REAL MODEL GIVEN: this demo runs a TINY RANDOM-WEIGHT LLaVA built offline.\n"
+    "Its scores are MEANINGLESS. They only show that the pipeline runs end to end.\n"
+    "For real judging:  capjudge demo --backend hf:llava-hf/llava-1.5-7b-hf"
+)
+
+
+def examples_dir() -> Path:
+    """The repository's ``examples/`` folder (next to ``src/``), else ``./examples``."""
+    here = Path(__file__).resolve().parents[2] / "examples"
+    return here if here.is_dir() else Path.cwd() / "examples"
+
+
+def tiny_model_dir() -> Path:
+    """Where the demo keeps its tiny model (built once, reused)."""
+    import os
+
+    base = Path(os.environ.get("CAPJUDGE_HOME", Path.home() / ".cache" / "capjudge"))
+    return base / "tiny-llava-demo-v1"
+
+
+def _ensure_tiny_model() -> Path:
+    from capjudge.testing.tiny_llava import build_tiny_llava
+
+    path = tiny_model_dir()
+    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
+        build_tiny_llava(path)
+    return path
+
+
+def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache_dir: str | None = None) -> int:
+    """Run the demo; returns the exit code."""
+    from rich.console import Console
+    from rich.panel import Panel
+    from rich.table import Table
+
+    from capjudge.backends.registry import load_backend
+    from capjudge.io import read_pairs, read_samples, write_results
+    from capjudge.judges.judge import Judge
+
+    con = Console(highlight=False)
+    ex = examples_dir()
+    if not (ex / "captions.jsonl").is_file():
+        con.print(f"[red]examples not found at {ex}[/red]")
+        return 2
+    tiny = backend is None
+    if tiny:
+        con.print(Panel(_TINY_WARNING, title="capjudge demo", style="bold yellow"))
+        backend = f"hf:{_ensure_tiny_model()}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    samples: list[Any] = [s for s in read_samples(ex / "captions.jsonl") if isinstance(s, dict)]
+    # One sample that cannot work, to show the error record: an image that is not there.
+    samples.append({"id": "missing", "image": "no-such-image.jpg", "caption": "a cat.", "references": []})
+    pairs = [p for p in read_pairs(ex / "pairs.jsonl") if isinstance(p, dict)]
+    con.print(f"backend: {backend}")
+    model = load_backend(backend)
+
+    summary = Table(title="capjudge demo results" + ("  (TINY RANDOM MODEL: MEANINGLESS SCORES)" if tiny else ""))
+    for col in ("method", "image", "caption", "score", "how", "status"):
+        summary.add_column(col, overflow="fold")
+    for method in ("fleur", "visce2", "ref-fleur"):
+        judge = Judge(method, model, images_root=ex / "images", cache_dir=cache_dir)
+        results = list(judge.score_many(samples))
+        write_results(out_dir / f"{method}.jsonl", results)
+        for r in results:
+            how = "smoothed" if r.smoothed else ("raw" if r.ok else "-")
+            summary.add_row(method, Path(r.image).name, r.caption[:48], f"{r.score:.4f}" if r.score is not None else "-", how, r.status if r.ok else f"error: {r.error}")
+    con.print(summary)
+
+    judge = Judge("gpt4v-pairwise", model, images_root=ex / "images", cache_dir=cache_dir)
+    pair_results = list(judge.compare_many(pairs))
+    fleur = Judge("fleur", model, images_root=ex / "images", cache_dir=cache_dir)
+    graded = list(fleur.compare_many(pairs, mode="grading"))
+    write_results(out_dir / "pairs.jsonl", pair_results + graded)
+    table = Table(title="pairwise A/B")
+    for col in ("pair", "mode", "verdict", "votes / scores", "status"):
+        table.add_column(col, overflow="fold")
+    for r in pair_results + graded:
+        detail = json.dumps(r.votes) if r.mode == "pairwise" else json.dumps([round(s, 4) if s is not None else None for s in (r.scores or ())])
+        table.add_row(str(r.id), r.mode, str(r.verdict), detail, r.status if r.ok else f"error: {r.error}")
+    con.print(table)
+
+    explained = fleur.explain(samples[0])
+    con.print(f"[bold]explain[/bold] {samples[0]['caption']!r}: score {explained.score}, why: {explained.explanation!r}")
+    con.print(f"results written to {out_dir}/ (fleur.jsonl, visce2.jsonl, ref-fleur.jsonl, pairs.jsonl)")
+    if tiny:
+        con.print("[bold yellow]Reminder: tiny random model, meaningless scores. See README for real-model commands.[/bold yellow]")
+    model.close()
+    return 0

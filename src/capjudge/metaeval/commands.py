@@ -1,0 +1,219 @@
+"""CLI subcommands: ``meta-eval``, ``run-benchmark`` and ``report``.
+
+``register(subparsers)`` adds them to the ``capjudge`` argument parser; each sets ``func`` to a
+handler ``(args) -> int`` (the exit code: 0 done, 1 nothing could be measured, 2 bad input).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from capjudge.metaeval.datasets import DATASET_NAMES, Benchmark, DatasetError, load_dataset
+from capjudge.metaeval.join import load_results
+from capjudge.metaeval.protocols import MetaEval, evaluate
+from capjudge.metaeval.stats import TIE_RULES
+
+
+def _add_eval_options(p: argparse.ArgumentParser, *, bootstrap_default: int = 0) -> None:
+    p.add_argument("--dataset", required=True, help=f"benchmark: {', '.join(DATASET_NAMES)}")
+    p.add_argument("--human", required=True, metavar="PATH", help="the benchmark's annotation file (local)")
+    p.add_argument("--ties", choices=TIE_RULES, default="wrong", help="pairwise tie rule: a tie is wrong (FLEUR, default) or half right")
+    p.add_argument("--bootstrap", type=int, default=bootstrap_default, metavar="N", help="bootstrap resamples for 95%% CIs (0: none)")
+    p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or one JSON object")
+
+
+def register(subparsers: Any) -> None:
+    """Add ``meta-eval``, ``run-benchmark`` and ``report`` to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "meta-eval",
+        help="agreement of a judge's results with human judgments (the papers' protocols)",
+        description="Join RESULTS.jsonl to a human-judgment set by image file name and caption and print the published measures.",
+    )
+    _add_eval_options(p)
+    p.add_argument("--scores", required=True, metavar="RESULTS.jsonl", help="results file of capjudge score/compare")
+    p.add_argument("--plot", metavar="OUT.png", help="write the row-normalised heatmap of human rating vs judge score")
+    p.set_defaults(func=cmd_meta_eval)
+
+    p = subparsers.add_parser(
+        "run-benchmark",
+        help="judge a whole benchmark from a local image folder, then meta-evaluate",
+        description="Score every caption of a benchmark (resumable through the cache) and meta-evaluate the results.",
+    )
+    _add_eval_options(p)
+    p.add_argument("--images", required=True, metavar="DIR", help="local folder holding the benchmark's images")
+    p.add_argument("--method", required=True, help="judging method (see capjudge methods)")
+    p.add_argument("--backend", required=True, metavar="SPEC", help="backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf")
+    p.add_argument("--out", required=True, metavar="RESULTS.jsonl", help="where the results are written")
+    p.add_argument("--limit", type=int, metavar="N", help="only the first N rating rows / pairs (a quick look)")
+    p.add_argument("--cache-dir", metavar="D", help="response cache; a re-run answers from it")
+    p.add_argument("--plot", metavar="OUT.png", help="write the heatmap")
+    p.set_defaults(func=cmd_run_benchmark)
+
+    p = subparsers.add_parser(
+        "report",
+        help="several results files on one benchmark in one table with bootstrap CIs",
+        description="Compare judges (e.g. LLaVA-13B FLEUR vs GPT-4o FLEUR vs VisCE2) on one benchmark.",
+    )
+    _add_eval_options(p, bootstrap_default=1000)
+    p.add_argument("--scores", required=True, nargs="+", metavar="RESULTS.jsonl", help="one or more results files")
+    p.add_argument("--names", nargs="+", metavar="NAME", help="row names, one per results file (default: method @ backend)")
+    p.add_argument("--markdown", metavar="OUT.md", help="also write the table as Markdown")
+    p.set_defaults(func=cmd_report)
+
+
+# ------------------------------------------------------------------------------------ helpers
+def _err(msg: str) -> int:
+    print(f"capjudge: error: {msg}", file=sys.stderr)
+    return 2
+
+
+def _load_bench(args: argparse.Namespace) -> Benchmark:
+    return load_dataset(args.dataset, args.human)
+
+
+def _evaluate_file(bench: Benchmark, path: str, args: argparse.Namespace) -> MetaEval:
+    return evaluate(bench, load_results(path), ties=args.ties, bootstrap=max(0, args.bootstrap), seed=args.seed)
+
+
+def _emit(ev: MetaEval, args: argparse.Namespace) -> int:
+    from capjudge.metaeval.report import format_table
+
+    if getattr(args, "plot", None):
+        from capjudge.metaeval.plots import plot_heatmap
+
+        plot_heatmap(ev, args.plot)
+        ev.notes.append(f"heatmap written to {args.plot}")
+    if args.format == "json":
+        print(json.dumps(ev.to_dict(), ensure_ascii=False))
+    else:
+        print(format_table(ev))
+    return 0 if ev.ok else 1
+
+
+# ------------------------------------------------------------------------------------ handlers
+def cmd_meta_eval(args: argparse.Namespace) -> int:
+    """``capjudge meta-eval``: print the benchmark's measures for one results file."""
+    try:
+        bench = _load_bench(args)
+        ev = _evaluate_file(bench, args.scores, args)
+    except (DatasetError, FileNotFoundError, OSError) as exc:
+        return _err(str(exc))
+    return _emit(ev, args)
+
+
+def _limited(bench: Benchmark, limit: int | None) -> Benchmark:
+    if not limit or limit <= 0:
+        return bench
+    if bench.kind == "ratings":
+        bench.ratings = bench.ratings[:limit]
+    else:
+        bench.pairs = bench.pairs[:limit]
+    bench.notes.append(f"--limit {limit}: only the first {limit} {'rating rows' if bench.kind == 'ratings' else 'pairs'}")
+    return bench
+
+
+def _progress(items: Iterable[Any], total: int, label: str) -> Iterator[Any]:
+    """Fallback progress on stderr when the judge does not show its own."""
+    for i, item in enumerate(items, 1):
+        if i == total or i % 50 == 0:
+            print(f"\r{label}: {i}/{total}", end="\n" if i == total else "", file=sys.stderr, flush=True)
+        yield item
+
+
+def _write_jsonl(path: Path, results: Iterable[Any]) -> int:
+    """Stream results to ``path`` (one JSON object per line, flushed as they come)."""
+    n = 0
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8") as f:
+        for r in results:
+            rec = r.to_dict() if hasattr(r, "to_dict") else dict(r)
+            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
+            f.flush()
+            n += 1
+    return n
+
+
+def _write_results(path: Path, results: Iterable[Any]) -> None:
+    try:
+        from capjudge.io import write_results  # type: ignore[attr-defined]
+    except ImportError:
+        _write_jsonl(path, results)
+    else:
+        write_results(path, results)
+
+
+def cmd_run_benchmark(args: argparse.Namespace) -> int:
+    """``capjudge run-benchmark``: judge every sample of a benchmark, write results, meta-evaluate."""
+    try:
+        bench = _limited(_load_bench(args), args.limit)
+    except (DatasetError, OSError) as exc:
+        return _err(str(exc))
+    images = Path(args.images)
+    if not images.is_dir():
+        return _err(f"image folder not found: {images}")
+    from capjudge.judges.judge import Judge  # lazy: pulls in the backends
+
+    try:
+        judge = Judge(args.method, args.backend, cache_dir=args.cache_dir)
+    except Exception as exc:  # noqa: BLE001 - a bad method/backend spec is a usage error
+        return _err(f"cannot build the judge: {type(exc).__name__}: {exc}")
+    out = Path(args.out)
+    try:
+        if getattr(judge.method, "kind", "score") == "pairwise":
+            if bench.kind != "pairs":
+                return _err(f"method {args.method!r} compares pairs; {bench.name} needs scores")
+            pairs = bench.pair_inputs(images)
+            print(f"{bench.name}: comparing {len(pairs)} pairs with {args.method} on {args.backend}", file=sys.stderr)
+            _write_results(out, _progress(judge.compare_many(pairs), len(pairs), "pairs"))
+        else:
+            samples = bench.samples(images)
+            print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {args.backend}", file=sys.stderr)
+            try:
+                stream = judge.score_many(samples, progress=True)
+            except TypeError:  # a Judge without a progress option
+                stream = _progress(judge.score_many(samples), len(samples), "samples")
+            _write_results(out, stream)
+    finally:
+        close = getattr(judge, "close", None)
+        if callable(close):
+            close()
+    print(f"results written to {out}", file=sys.stderr)
+    ev = evaluate(bench, load_results(out), ties=args.ties, bootstrap=max(0, args.bootstrap), seed=args.seed)
+    return _emit(ev, args)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``capjudge report``: several results files on one benchmark, one table with CIs."""
+    from capjudge.metaeval.report import comparison_markdown, format_comparison
+
+    names = args.names
+    if names and len(names) != len(args.scores):
+        return _err(f"--names gives {len(names)} names for {len(args.scores)} results files")
+    try:
+        bench = _load_bench(args)
+        evals = [_evaluate_file(bench, path, args) for path in args.scores]
+    except (DatasetError, FileNotFoundError, OSError) as exc:
+        return _err(str(exc))
+    if args.format == "json":
+        rows = []
+        for i, ev in enumerate(evals):
+            d = ev.to_dict()
+            if names:
+                d["judge"] = names[i]
+            rows.append(d)
+        print(json.dumps({"dataset": bench.name, "results": rows}, ensure_ascii=False))
+    else:
+        print(format_comparison(evals, names))
+        for i, ev in enumerate(evals):
+            for note in ev.notes:
+                print(f"note [{names[i] if names else ev.label}]: {note}")
+    if args.markdown:
+        Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.markdown).write_text(comparison_markdown(evals, names), encoding="utf-8")
+    return 0 if any(ev.ok for ev in evals) else 1

@@ -1,0 +1,51 @@
+"""Shared fixtures: the tiny HF LLaVA (built once per session, offline), example data paths."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+SEEDS = SHARED / "seeds"
+EXAMPLES = ROOT / "examples"
+
+# Never reach a model hub from the tests.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+
+@pytest.fixture(scope="session")
+def tiny_llava_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny random LLaVA-1.5 in HF format (see capjudge.testing.tiny_llava)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from capjudge.testing.tiny_llava import build_tiny_llava
+
+    return build_tiny_llava(tmp_path_factory.mktemp("tiny-llava"))
+
+
+@pytest.fixture(scope="session")
+def hf_backend(tiny_llava_dir: Path):
+    """The tiny model loaded through the real HF backend (shared: loading costs ~1 s)."""
+    from capjudge.backends.hf import HFBackend
+
+    backend = HFBackend(str(tiny_llava_dir), batch_size=4)
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="session")
+def example_images() -> list[Path]:
+    """The two bundled example images."""
+    return [EXAMPLES / "images" / "cats.jpg", EXAMPLES / "images" / "dog.jpg"]
+
+
+@pytest.fixture()
+def corrupt_image(tmp_path: Path) -> Path:
+    """A file named .jpg that is not an image."""
+    p = tmp_path / "corrupt.jpg"
+    p.write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg" + bytes(range(50)))
+    return p

@@ -1,0 +1,118 @@
+"""FLEUR score smoothing (seed 004, Sec. 3.2, Appendix B) and the dual-sided vote (seed 003)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from capjudge.backends.base import TokenStep
+from capjudge.judges.smoothing import digit_distribution, expected_digit_score, smooth_from_steps, units_score
+from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
+
+# The digit probabilities printed in seed 004, Appendix B (first and second decimal place).
+APPENDIX_B_FIRST = [
+    0.003021240234375, 0.00128936767578125, 0.0018758773803710938, 0.00353240966796875, 0.00827789306640625,
+    0.03350830078125, 0.07672119140625, 0.2117919921875, 0.383544921875, 0.2763671875,
+]
+APPENDIX_B_SECOND = [
+    0.0450439453125, 0.035614013671875, 0.050628662109375, 0.044342041015625, 0.0400390625,
+    0.3515625, 0.048309326171875, 0.041961669921875, 0.04681396484375, 0.035888671875,
+]
+
+
+def test_appendix_b_worked_example() -> None:
+    # The paper prints about 0.80664; its printed (rounded) probabilities give 0.80617.
+    assert expected_digit_score(APPENDIX_B_FIRST, APPENDIX_B_SECOND) == pytest.approx(0.80617, abs=5e-6)
+
+
+def test_expected_digit_score_by_hand() -> None:
+    first = [0.0] * 10
+    first[8] = 1.0
+    assert expected_digit_score(first) == pytest.approx(0.8)
+    second = [0.0] * 10
+    second[5] = 0.5
+    second[6] = 0.5
+    assert expected_digit_score(first, second) == pytest.approx(0.8 + 0.055)
+    with pytest.raises(ValueError):
+        expected_digit_score([0.1] * 9)
+
+
+def test_units_rule_for_exactly_one() -> None:
+    units = [0.0] * 10
+    units[0], units[1] = 0.25, 0.75
+    assert units_score(units) == pytest.approx(0.9 * 0.25 + 0.75)
+
+
+def _steps(tokens: list[str], dists: dict[int, list[float]]) -> list[TokenStep]:
+    out = []
+    for i, t in enumerate(tokens):
+        d = dists.get(i)
+        digits = tuple(math.log(p) if p > 0 else -1e9 for p in d) if d else None
+        out.append(TokenStep(token=t, logprob=0.0, digits=digits))
+    return out
+
+
+def test_smooth_locates_decimals_in_sentencepiece_tokens() -> None:
+    steps = _steps(["▁", "0", ".", "8", "5"], {3: APPENDIX_B_FIRST, 4: APPENDIX_B_SECOND, 1: [1.0] + [0.0] * 9})
+    sm = smooth_from_steps(steps)
+    assert sm is not None
+    assert sm.raw_score == 0.85
+    assert sm.score == pytest.approx(0.80617, abs=5e-6)
+
+
+def test_smooth_one_decimal_and_repeated_digit() -> None:
+    # "0.0": FLEUR's code needs its duplicate rule here; locating the decimal is unambiguous.
+    first = [0.5, 0.5] + [0.0] * 8
+    steps = _steps(["0", ".", "0"], {0: [0.9, 0.1] + [0.0] * 8, 2: first})
+    sm = smooth_from_steps(steps)
+    assert sm is not None and sm.second is None
+    assert sm.score == pytest.approx(0.05)
+
+
+def test_smooth_exactly_one_uses_units_digit() -> None:
+    units = [0.2, 0.8] + [0.0] * 8
+    steps = _steps(["Score", ":", "▁", "1", ".", "0"], {3: units, 5: [1.0] + [0.0] * 9})
+    sm = smooth_from_steps(steps)
+    assert sm is not None and sm.units is not None
+    assert sm.score == pytest.approx(0.9 * 0.2 + 0.8)
+
+
+def test_smooth_rejects_non_scores() -> None:
+    assert smooth_from_steps(_steps(["I", "▁think", "▁so"], {})) is None
+    assert smooth_from_steps(_steps(["1", ".", "5"], {0: [0.1] * 10, 2: [0.1] * 10})) is None  # 1.5 > 1
+    assert smooth_from_steps([]) is None
+
+
+def test_smooth_from_top_logprobs_with_merged_digit_tokens() -> None:
+    # A GPT-style tokenizer writes "0.85" as "0", ".", "85": the first decimal's distribution comes
+    # from the leading digit of each alternative, the second from alternatives sharing that digit.
+    top = (("85", math.log(0.6)), ("80", math.log(0.2)), ("9", math.log(0.1)), ("hello", math.log(0.1)))
+    steps = [TokenStep("0", 0.0, top=(("0", 0.0),)), TokenStep(".", 0.0, top=((".", 0.0),)), TokenStep("85", math.log(0.6), top=top)]
+    first = digit_distribution(steps[2], 0)
+    assert first is not None and first[8] == pytest.approx(0.8) and first[9] == pytest.approx(0.1)
+    second = digit_distribution(steps[2], 1)
+    assert second is not None and second[5] == pytest.approx(0.6) and second[0] == pytest.approx(0.2)
+    sm = smooth_from_steps(steps)
+    assert sm is not None
+    assert sm.score == pytest.approx(0.1 * (8 * 0.8 + 9 * 0.1) + 0.01 * (5 * 0.6))
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "expected"),
+    [
+        ("A", "A", "A"), ("A", "tie", "A"), ("tie", "A", "A"),
+        ("B", "B", "B"), ("B", "tie", "B"), ("tie", "B", "B"),
+        ("tie", "tie", "tie"), ("A", "B", "tie"), ("B", "A", "tie"),
+    ],
+)
+def test_dual_sided_vote_rules_of_seed_003(first: str, second: str, expected: str) -> None:
+    assert dual_sided_vote(first, second) == expected
+
+
+def test_flip_and_grading() -> None:
+    assert flip("A") == "B" and flip("B") == "A" and flip("tie") == "tie" and flip(None) is None
+    assert verdict_from_scores(0.7, 0.3) == "A"
+    assert verdict_from_scores(10, 80) == "B"
+    assert verdict_from_scores(0.5, 0.5) == "tie"
+    assert verdict_from_scores(None, 0.5) is None
