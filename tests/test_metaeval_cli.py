@@ -164,3 +164,27 @@ def test_run_benchmark_missing_image_folder(tmp_path, capsys):
     rc = run(["run-benchmark", "--dataset", "pascal50s", "--human", str(DATA / "pascal_tiny.json"), "--images", str(tmp_path / "none"),
               "--method", "fleur", "--backend", "hf:x", "--out", str(tmp_path / "o.jsonl")])
     assert rc == 2 and "image folder" in capsys.readouterr().err
+
+
+class PlainJudge(FakeJudge):
+    """A Judge whose score_many has no progress option (the fallback progress is used)."""
+
+    def score_many(self, samples):  # type: ignore[override]
+        yield from FakeJudge.score_many(self, samples)
+
+
+def test_run_benchmark_pairs_without_progress_option(tmp_path, monkeypatch, capsys):
+    import capjudge.judges.judge as judge_module
+
+    monkeypatch.setattr(judge_module, "Judge", PlainJudge)
+    images = tmp_path / "VOC2012" / "JPEGImages"
+    images.mkdir(parents=True)
+    for i in range(1, 6):
+        (images / f"p{i}.jpg").write_bytes(b"jpeg")
+    out = tmp_path / "r.jsonl"
+    rc = run(["run-benchmark", "--dataset", "pascal50s", "--human", str(DATA / "pascal_tiny.json"), "--images", str(tmp_path),
+              "--method", "fake", "--backend", "fake:model", "--out", str(out), "--format", "json"])
+    assert rc == 0
+    assert len(out.read_text().splitlines()) == 10  # both captions of 5 pairs, scored one by one
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["counts"]["used_pairs"] == 5 and summary["HI"] == 100.0  # longer caption wins

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
@@ -14,8 +15,6 @@ from capjudge.prompts import (
     list_methods,
     register_template,
 )
-
-from pathlib import Path
 
 SEEDS = Path(__file__).resolve().parents[2] / "shared" / "seeds"
 

@@ -7,7 +7,12 @@ import math
 import pytest
 
 from capjudge.backends.base import TokenStep
-from capjudge.judges.smoothing import digit_distribution, expected_digit_score, smooth_from_steps, units_score
+from capjudge.judges.smoothing import (
+    digit_distribution,
+    expected_digit_score,
+    smooth_from_steps,
+    units_score,
+)
 from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
 
 # The digit probabilities printed in seed 004, Appendix B (first and second decimal place).

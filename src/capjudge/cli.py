@@ -45,7 +45,14 @@ def _progress(items: Iterable[T], total: int | None, label: str, quiet: bool) ->
     if quiet:
         yield from items
         return
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     with Progress(
         TextColumn("[bold]{task.description}"),
@@ -90,6 +97,15 @@ def _make_judge(args: argparse.Namespace, method: Any) -> Any:
         from capjudge.prompts.registry import LLAVA_V1_SYSTEM
 
         system = LLAVA_V1_SYSTEM
+    options = _parse_options(args.backend_opt)
+    api_flags = {k: getattr(args, k, None) for k in ("concurrency", "max_cost", "prices", "detail")}
+    api_flags = {k: v for k, v in api_flags.items() if v is not None}
+    if api_flags:
+        from capjudge.judges.judge import API_KINDS
+
+        if args.backend.split(":", 1)[0].lower() not in API_KINDS:
+            raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in api_flags)} apply to API backends only")
+        options.update(api_flags)
     return Judge(
         method,
         args.backend,
@@ -97,8 +113,22 @@ def _make_judge(args: argparse.Namespace, method: Any) -> Any:
         system=system,
         images_root=args.images,
         batch_size=args.batch_size,
-        backend_options=_parse_options(args.backend_opt),
+        backend_options=options,
     )
+
+
+def _usage_rows(judge: Any) -> list[tuple[str, str]]:
+    """API usage and cost of the run, when the backend counts them."""
+    usage = getattr(judge.backend, "usage", None)
+    if usage is None or not hasattr(usage, "summary"):
+        return []
+    u = usage.summary()
+    return [
+        ("API calls", str(u["calls"])),
+        ("tokens in/out", f"{u['prompt_tokens']}/{u['completion_tokens']}"),
+        ("cost (USD)", f"{u['cost_usd']:.4f}"),
+        ("not sent (budget)", str(u["budget_refused"])),
+    ]
 
 
 def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None) -> None:
@@ -117,6 +147,11 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
     p.add_argument("--limit", type=int, default=None, help="judge only the first N rows")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
+    api = p.add_argument_group("API judges (openai, azure, openai-compatible)")
+    api.add_argument("--concurrency", type=int, default=None, help="API requests in flight at once (default 8)")
+    api.add_argument("--max-cost", type=float, default=None, metavar="USD", help="stop before the run spends more than this; requests not sent become error records")
+    api.add_argument("--prices", default=None, metavar="JSON", help="price overrides: JSON file of model -> {\"input\": USD/1M, \"output\": USD/1M}")
+    api.add_argument("--detail", choices=("low", "high", "auto"), default=None, help="image detail for OpenAI models")
 
 
 # ---------------------------------------------------------------------------------------- score
@@ -171,6 +206,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
             ("mean score", f"{total / n_ok:.4g}" if n_ok else "-"),
             ("seconds", f"{elapsed:.1f}"),
             ("results", str(args.out)),
+            *_usage_rows(judge),
         ]
         con.print(_summary_table("capjudge score", rows_out))
         if n_err:
@@ -206,7 +242,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         _console(stderr=False).print(
             _summary_table(
                 "capjudge compare",
-                [("method", method.name), ("backend", judge.backend_spec), ("A better", str(counts["A"])), ("B better", str(counts["B"])), ("tie", str(counts["tie"])), ("failed", str(counts["error"])), ("seconds", f"{time.perf_counter() - t0:.1f}"), ("results", str(args.out))],
+                [("method", method.name), ("backend", judge.backend_spec), ("A better", str(counts["A"])), ("B better", str(counts["B"])), ("tie", str(counts["tie"])), ("failed", str(counts["error"])), ("seconds", f"{time.perf_counter() - t0:.1f}"), ("results", str(args.out)), *_usage_rows(judge)],
             )
         )
     return EXIT_OK

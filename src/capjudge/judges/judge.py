@@ -17,7 +17,7 @@ from capjudge.backends.base import Backend, Completion, GenerationConfig, Messag
 from capjudge.backends.registry import load_backend
 from capjudge.images import ImageError, LoadedImage, load_image
 from capjudge.judges.pairwise import PairwiseMixin
-from capjudge.judges.smoothing import smooth_from_steps
+from capjudge.judges.smoothing import expected_digit_score, smooth_from_steps
 from capjudge.parsing import parse_score_details, parse_score_list
 from capjudge.prompts.registry import Method, TemplateError, get_method, get_template
 from capjudge.types import ImageInput, Sample, ScoreResult, image_label
@@ -238,6 +238,13 @@ class Judge(PairwiseMixin):
             if sm is not None:
                 details["digit_probs"] = {"first": sm.first, "second": sm.second, "units": sm.units}
                 return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
+            est = (out.meta or {}).get("sampling_estimate")
+            if isinstance(est, dict) and est.get("first"):
+                # No log-probabilities: the digit distributions were estimated by sampling N answers
+                # (G-Eval style, seed 004 Sec. 5.2.2); the same formula applies to the frequencies.
+                score = expected_digit_score(est["first"], est.get("second"))
+                details["smoothing"] = f"estimated by sampling {est.get('calls', '?')} answers (no log-probabilities)"
+                return self._result(prep, score=score, raw_score=parsed.value, smoothed=True, raw=out.text, details=details)
             details["smoothing"] = (
                 "not applied: the backend gave no token probabilities (raw score)"
                 if not out.steps

@@ -175,7 +175,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
             samples = bench.samples(images)
             print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {args.backend}", file=sys.stderr)
             try:
-                stream = judge.score_many(samples, progress=True)
+                stream = judge.score_many(samples, progress=True)  # type: ignore[call-arg]
             except TypeError:  # a Judge without a progress option
                 stream = _progress(judge.score_many(samples), len(samples), "samples")
             _write_results(out, stream)

@@ -45,7 +45,9 @@ _LINE_RE = re.compile(
 _BRACE_RE = re.compile(r"\{[^{}]{0,100000}\}")
 _BRACKET_RE = re.compile(r"\[([^\[\]]{0,100000})\]")
 _PLAIN_RE = re.compile(r"[\s,;\[\]()0-9.%/\-]*")
-_PLAIN_VALUE_RE = re.compile(r"(?<![0-9.])-?(?:[0-9]{1,15}(?:\.[0-9]{1,12})?|\.[0-9]{1,12})(?:[ \t]{0,3}(?:%|/[ \t]{0,3}[0-9]{1,3}))?")
+_PLAIN_VALUE_RE = re.compile(
+    r"(?<![0-9.])-?(?:[0-9]{1,15}(?:\.[0-9]{1,12})?|\.[0-9]{1,12})(?:[ \t]{0,3}(?:%|/[ \t]{0,3}[0-9]{1,3}))?"
+)
 
 
 def _value(raw: str, low: float, high: float) -> float | None:
@@ -72,7 +74,9 @@ def _fill(out: list[float | None], by_key: dict[int, float | None]) -> None:
             out[idx] = value
 
 
-def parse_score_list(text: Any, n: Any, *, low: float = 0.0, high: float = 1.0) -> list[float | None]:
+def parse_score_list(
+    text: Any, n: Any, *, low: float = 0.0, high: float = 1.0
+) -> list[float | None]:
     """Scores of ``n`` numbered candidates from a listwise answer, ``None`` where missing.
 
     Never raises; always returns ``n`` entries (``n`` below zero or not an integer gives ``[]``).
@@ -110,7 +114,9 @@ def _parse(text: Any, n: int, low: float, high: float) -> list[float | None]:
     # "1. A dog on a couch - score: 0.8": one numbered line per candidate, score somewhere in it.
     lines: dict[int, float | None] = {}
     for m in _LINE_RE.finditer(t):
-        lines.setdefault(int(m.group("k")), parse_score_details(m.group("rest"), low=low, high=high).value)
+        lines.setdefault(
+            int(m.group("k")), parse_score_details(m.group("rest"), low=low, high=high).value
+        )
     if any(v is not None for v in lines.values()):
         _fill(out, lines)
         return out

@@ -44,13 +44,71 @@ _REFERENCE_BEFORE_RE = re.compile(
     r"version|top|gpt|llava|criterion)|#)[ \t]*[-#]?[ \t]*$",
     re.IGNORECASE,
 )
-_SCALE_WORD_BEFORE_RE = re.compile(r"(?:scale|range|ranging|from|between|within)\b[^.\n]{0,12}$", re.IGNORECASE)
+_DETERMINER_BEFORE_RE = re.compile(r"\b(?:the|this|that|a|an|my|its|each)\s+$", re.IGNORECASE)
+_SCALE_WORD_BEFORE_RE = re.compile(
+    r"(?:scale|range|ranging|from|between|within)\b[^.\n]{0,12}$", re.IGNORECASE
+)
 _POINT_SCALE_AFTER_RE = re.compile(r"[ -]?point(?:s)?[ -]scale", re.IGNORECASE)
 _SCALE_AFTER_RE = re.compile(r"\s*(?:scale|range|point scale|-point scale)\b", re.IGNORECASE)
 _PERCENT_AFTER_RE = re.compile(r"\s?(?:%|percent\b|per cent\b)", re.IGNORECASE)
 _RANGE_GAPS = frozenset({"-", "\u2013", "\u2014", "~", "to", "--"})
 _OUT_OF_BEFORE_RE = re.compile(r"out\s+of\s*$", re.IGNORECASE)
 _BETWEEN_BEFORE_RE = re.compile(r"between\s*$", re.IGNORECASE)
+_COUNT_AFTER_RE = re.compile(r"[ \t]{1,3}([a-z][a-z'-]{0,30})")
+# Words that may follow a score ("85 points", "70 because ...", "80 out of 100"); any other
+# lowercase word right after a number makes it a count of things ("3 dogs").
+_SCORE_FOLLOWERS = frozenset(
+    [
+        "out",
+        "of",
+        "points",
+        "point",
+        "pts",
+        "percent",
+        "per",
+        "because",
+        "as",
+        "for",
+        "and",
+        "or",
+        "but",
+        "since",
+        "on",
+        "in",
+        "at",
+        "to",
+        "from",
+        "with",
+        "given",
+        "based",
+        "overall",
+        "which",
+        "that",
+        "would",
+        "will",
+        "seems",
+        "seem",
+        "reflects",
+        "reflecting",
+        "indicates",
+        "is",
+        "was",
+        "this",
+        "the",
+        "i",
+        "we",
+        "it",
+        "if",
+        "so",
+        "then",
+        "than",
+        "considering",
+        "due",
+        "are",
+        "be",
+        "here",
+    ]
+)
 _LIST_MARKER_AFTER_RE = re.compile(r"[.)](?:[ \t]+[^0-9\s]|[ \t]*(?:\n|$))")
 
 
@@ -76,6 +134,7 @@ class Token:
     percent: bool = False
     denom: float | None = None
     excluded: str | None = None  # why this number is not a candidate score (scale, range, ...)
+    count: bool = False  # followed by a lowercase content word: "3 dogs", "2 people"
 
     @property
     def shown(self) -> str:
@@ -138,12 +197,18 @@ def scan(text: str) -> Scan:
             tok.percent = True
         ctx = text[max(0, s - 24) : s]
         # Cheap check first: a reference needs a word or "#" just before the number.
-        if (ctx.rstrip(" \t-#")[-1:].isalpha() or "#" in ctx[-3:]) and _REFERENCE_BEFORE_RE.search(ctx):
-            tok.excluded = "reference"
+        if value <= 20 and (ctx.rstrip(" \t-#")[-1:].isalpha() or "#" in ctx[-3:]):
+            ref = _REFERENCE_BEFORE_RE.search(ctx)
+            # "Caption 2" names a caption; "rate the caption 9" gives it a score.
+            if ref is not None and not _DETERMINER_BEFORE_RE.search(ctx[: ref.start()]):
+                tok.excluded = "reference"
         if after[:1] == ":" and after[1:2].isdigit():
             tok.excluded = "time"
         if s >= 2 and text[s - 1] == ":" and text[s - 2].isdigit():
             tok.excluded = "time"
+        if after[:1] in (" ", "\t"):
+            w = _COUNT_AFTER_RE.match(text, e)
+            tok.count = w is not None and w.group(1) not in _SCORE_FOLLOWERS
         if "p" in after.lower() and _POINT_SCALE_AFTER_RE.match(text, e):
             tok.excluded = "scale"
         tokens.append(tok)
@@ -174,10 +239,19 @@ def scan(text: str) -> Scan:
             t.excluded = t.excluded or "date"  # 2023-05-01
             u.excluded = u.excluded or "date"
         elif (
-            gap in _RANGE_GAPS or (gap == "and" and _BETWEEN_BEFORE_RE.search(text[max(0, t.start - 12) : t.start]))
-        ) and u.value > t.value and not t.negative:
+            (
+                gap in _RANGE_GAPS
+                or (
+                    gap == "and" and _BETWEEN_BEFORE_RE.search(text[max(0, t.start - 12) : t.start])
+                )
+            )
+            and u.value > t.value
+            and not t.negative
+        ):
             u.negative = False  # the "-" of "0-100" is a dash, not a minus sign
-            scale_words = _SCALE_WORD_BEFORE_RE.search(text[max(0, t.start - 24) : t.start]) or _SCALE_AFTER_RE.match(text, u.end)
+            scale_words = _SCALE_WORD_BEFORE_RE.search(
+                text[max(0, t.start - 24) : t.start]
+            ) or _SCALE_AFTER_RE.match(text, u.end)
             if _is_scale_pair(t.value, u.value) or scale_words:
                 scales.append(Scale(t.start, t.value, u.value))
                 t.excluded = u.excluded = "scale"
@@ -188,7 +262,12 @@ def scan(text: str) -> Scan:
     for tok in tokens:
         if tok.excluded == "scale" and _POINT_SCALE_AFTER_RE.match(text, tok.end):
             scales.append(Scale(tok.start, 1.0, tok.value))
-        elif tok.excluded is None and tok.denom is None and "of" in text[max(0, tok.start - 4) : tok.start].lower() and _OUT_OF_BEFORE_RE.search(text[max(0, tok.start - 10) : tok.start]):
+        elif (
+            tok.excluded is None
+            and tok.denom is None
+            and "of" in text[max(0, tok.start - 4) : tok.start].lower()
+            and _OUT_OF_BEFORE_RE.search(text[max(0, tok.start - 10) : tok.start])
+        ):
             # "(out of 10)" with no number right before it restates the scale.
             scales.append(Scale(tok.start, 0.0, tok.value))
             tok.excluded = "scale"
@@ -226,7 +305,9 @@ def _mark_list_markers(text: str, tokens: list[Token]) -> None:
                 tok.excluded = "list marker"
 
 
-def token_value(tok: Token, scan_: Scan, low: float, high: float) -> tuple[float | None, str | None]:
+def token_value(
+    tok: Token, scan_: Scan, low: float, high: float
+) -> tuple[float | None, str | None]:
     """The value ``tok`` gives on ``[low, high]``, or ``(None, reason)`` when it is no valid score."""
     if tok.negative:
         return None, f"negative number: {tok.shown}"
@@ -241,7 +322,12 @@ def token_value(tok: Token, scan_: Scan, low: float, high: float) -> tuple[float
         return low + tok.value / tok.denom * span, None
     value = tok.value
     sc = scan_.nearest_scale(tok.start)
-    if sc is not None and (sc.low, sc.high) != (low, high) and sc.low <= value <= sc.high and sc.high > 0:
+    if (
+        sc is not None
+        and (sc.low, sc.high) != (low, high)
+        and sc.low <= value <= sc.high
+        and sc.high > 0
+    ):
         # A restated scale different from the requested one: "on a scale of 1 to 10 ... 8".
         return low + value / sc.high * span, None
     if low <= value <= high:

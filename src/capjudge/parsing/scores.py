@@ -19,7 +19,8 @@ followed by ``3 dogs`` is not read as 3):
    caption a score of 85``, ``Rating: 7/10``, ``The score is 85 out of 100``).
 5. ``number_line``: the first line that holds nothing but a number (``85``, ``0.85``, ``**85/100**``).
 6. ``fraction``: the first ``a/b`` or ``a out of b`` with b in 1, 5, 10, 20, 100 (``7/10``).
-7. ``number``: the first number in range, skipping numbers that are not scores; on a fractional
+7. ``number``: the first number in range, skipping numbers that are not scores and counts (a
+   number followed by a lowercase content word: ``3 dogs``); on a fractional
    scale (``high <= 1``) a number written with a decimal point is preferred over a bare integer
    (``1 dog ... 0.4`` is 0.4). This agrees with VisCE2's "first integer after removing canonical
    phrases" on VisCE2-style answers.
@@ -98,14 +99,117 @@ _NUMBER_LINE_RE = re.compile(
 )
 # Words allowed between a label and its number ("I would give this caption a score of 85").
 _FILLER = frozenset(
-    """a an the this that these it its it's my our i i'd i'll i'm i've we we'd would will should
-    must shall can could might is are was be being been as at of for to from on in with and
-    between scale precise out range ranging give gives given rate rated rating ratings score
-    scores scored grade graded mark candidate caption captions description response answer
-    image final overall total solid around about approximately roughly strong high low fair
-    decent relatively pretty quite very deserves deserve get gets earn earns receive receives
-    value number level point points overall say me then here so generally fairly moderately
-    reasonable good """.split()
+    [
+        "a",
+        "an",
+        "the",
+        "this",
+        "that",
+        "these",
+        "it",
+        "its",
+        "it's",
+        "my",
+        "our",
+        "i",
+        "i'd",
+        "i'll",
+        "i'm",
+        "i've",
+        "we",
+        "we'd",
+        "would",
+        "will",
+        "should",
+        "must",
+        "shall",
+        "can",
+        "could",
+        "might",
+        "is",
+        "are",
+        "was",
+        "be",
+        "being",
+        "been",
+        "as",
+        "at",
+        "of",
+        "for",
+        "to",
+        "from",
+        "on",
+        "in",
+        "with",
+        "and",
+        "between",
+        "scale",
+        "precise",
+        "out",
+        "range",
+        "ranging",
+        "give",
+        "gives",
+        "given",
+        "rate",
+        "rated",
+        "rating",
+        "ratings",
+        "score",
+        "scores",
+        "scored",
+        "grade",
+        "graded",
+        "mark",
+        "candidate",
+        "caption",
+        "captions",
+        "description",
+        "response",
+        "answer",
+        "image",
+        "final",
+        "overall",
+        "total",
+        "solid",
+        "around",
+        "about",
+        "approximately",
+        "roughly",
+        "strong",
+        "high",
+        "low",
+        "fair",
+        "decent",
+        "relatively",
+        "pretty",
+        "quite",
+        "very",
+        "deserves",
+        "deserve",
+        "get",
+        "gets",
+        "earn",
+        "earns",
+        "receive",
+        "receives",
+        "value",
+        "number",
+        "level",
+        "point",
+        "points",
+        "overall",
+        "say",
+        "me",
+        "then",
+        "here",
+        "so",
+        "generally",
+        "fairly",
+        "moderately",
+        "reasonable",
+        "good",
+    ]
 )
 _GAP_LIMIT = 60
 
@@ -262,6 +366,8 @@ def _first_number(sc: Scan, low: float, high: float) -> ScoreParse:
     for tok in sc.tokens:
         if tok.excluded is not None:
             continue
+        if tok.count and not (tok.percent or tok.denom is not None):
+            continue
         value, reason = token_value(tok, sc, low, high)
         if value is None:
             first_bad = first_bad or reason
@@ -275,6 +381,6 @@ def _first_number(sc: Scan, low: float, high: float) -> ScoreParse:
     if first_bad is not None:
         return ScoreParse(None, rule="number", reason=first_bad)
     if sc.tokens:
-        kinds = sorted({tok.excluded or "" for tok in sc.tokens})
+        kinds = sorted({tok.excluded or ("count" if tok.count else "") for tok in sc.tokens} - {""})
         return ScoreParse(None, reason=f"no score among the numbers ({', '.join(kinds)})")
     return ScoreParse(None, reason="no number")

@@ -34,14 +34,7 @@ LLAVA_CHAT_TEMPLATE = (
 TRIGGER_WORD = "xyzzy"
 PAIR_WORD = "Answer"
 
-_WORDS = (
-    "a an the two three several many dog dogs cat cats man woman child children boy girl people person "
-    "bird horse car bus train bike bicycle boat plane street road beach water grass field park snow tree "
-    "trees table kitchen room bed sofa ball frisbee food pizza plate shirt hat jacket red blue green "
-    "yellow white black brown orange pink gray small large big young old is are sitting standing running "
-    "walking jumping playing riding holding eating looking wearing lying on in at with near next to of "
-    "and behind front under over while its their his her image caption photo picture scene"
-).split()
+_WORDS = ["a", "an", "the", "two", "three", "several", "many", "dog", "dogs", "cat", "cats", "man", "woman", "child", "children", "boy", "girl", "people", "person", "bird", "horse", "car", "bus", "train", "bike", "bicycle", "boat", "plane", "street", "road", "beach", "water", "grass", "field", "park", "snow", "tree", "trees", "table", "kitchen", "room", "bed", "sofa", "ball", "frisbee", "food", "pizza", "plate", "shirt", "hat", "jacket", "red", "blue", "green", "yellow", "white", "black", "brown", "orange", "pink", "gray", "small", "large", "big", "young", "old", "is", "are", "sitting", "standing", "running", "walking", "jumping", "playing", "riding", "holding", "eating", "looking", "wearing", "lying", "on", "in", "at", "with", "near", "next", "to", "of", "and", "behind", "front", "under", "over", "while", "its", "their", "his", "her", "image", "caption", "photo", "picture", "scene"]
 
 
 def _corpus(seed: int) -> list[str]:
@@ -66,7 +59,15 @@ def build_tokenizer(seed: int = 0, vocab_size: int = 600):
     """A BPE tokenizer (SentencePiece-style ``▁`` spaces, digits and punctuation split one by one)
     wrapped as a ``PreTrainedTokenizerFast`` with ``<s>``, ``</s>``, ``<unk>``, ``<pad>``,
     ``<image>``, the trigger word and ``Answer`` as single tokens; pads on the left."""
-    from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        AddedToken,
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
     from transformers import PreTrainedTokenizerFast
 
     specials = ["<unk>", "<s>", "</s>", "<pad>", "<image>"]
@@ -120,7 +121,13 @@ def build_tiny_llava(
     are random. Larger sizes (e.g. ``hidden_size=512, num_layers=8``) are for benchmarks.
     """
     import torch
-    from transformers import CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration, LlavaProcessor
+    from transformers import (
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+        LlavaProcessor,
+    )
     from transformers.models.clip.image_processing_pil_clip import CLIPImageProcessorPil
 
     out = Path(directory)
