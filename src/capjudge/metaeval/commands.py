@@ -52,6 +52,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out", required=True, metavar="RESULTS.jsonl", help="where the results are written")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N rating rows / pairs (a quick look)")
     p.add_argument("--cache-dir", metavar="D", help="response cache; a re-run answers from it")
+    p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
     p.add_argument("--plot", metavar="OUT.png", help="write the heatmap")
     p.set_defaults(func=cmd_run_benchmark)
 
@@ -119,33 +120,16 @@ def _limited(bench: Benchmark, limit: int | None) -> Benchmark:
 
 
 def _progress(items: Iterable[Any], total: int, label: str) -> Iterator[Any]:
-    """Fallback progress on stderr when the judge does not show its own."""
-    for i, item in enumerate(items, 1):
-        if i == total or i % 50 == 0:
-            print(f"\r{label}: {i}/{total}", end="\n" if i == total else "", file=sys.stderr, flush=True)
-        yield item
+    """The CLI's progress bar (stderr)."""
+    from capjudge.cli import _progress as bar
 
-
-def _write_jsonl(path: Path, results: Iterable[Any]) -> int:
-    """Stream results to ``path`` (one JSON object per line, flushed as they come)."""
-    n = 0
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", encoding="utf-8") as f:
-        for r in results:
-            rec = r.to_dict() if hasattr(r, "to_dict") else dict(r)
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-            f.flush()
-            n += 1
-    return n
+    return bar(items, total, label, quiet=False)
 
 
 def _write_results(path: Path, results: Iterable[Any]) -> None:
-    try:
-        from capjudge.io import write_results  # type: ignore[attr-defined]
-    except ImportError:
-        _write_jsonl(path, results)
-    else:
-        write_results(path, results)
+    from capjudge.io import write_results
+
+    write_results(path, results)
 
 
 def cmd_run_benchmark(args: argparse.Namespace) -> int:
@@ -160,7 +144,10 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     from capjudge.judges.judge import Judge  # lazy: pulls in the backends
 
     try:
-        judge = Judge(args.method, args.backend, cache_dir=args.cache_dir)
+        from capjudge.backends.cache import default_cache_dir
+
+        # The response cache makes a benchmark run resumable: a re-run asks only what is missing.
+        judge = Judge(args.method, args.backend, cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()))
     except Exception as exc:  # noqa: BLE001 - a bad method/backend spec is a usage error
         return _err(f"cannot build the judge: {type(exc).__name__}: {exc}")
     out = Path(args.out)
@@ -174,11 +161,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
         else:
             samples = bench.samples(images)
             print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {args.backend}", file=sys.stderr)
-            try:
-                stream = judge.score_many(samples, progress=True)  # type: ignore[call-arg]
-            except TypeError:  # a Judge without a progress option
-                stream = _progress(judge.score_many(samples), len(samples), "samples")
-            _write_results(out, stream)
+            _write_results(out, _progress(judge.score_many(samples), len(samples), "samples"))
     finally:
         close = getattr(judge, "close", None)
         if callable(close):

@@ -232,6 +232,10 @@ def scan(text: str) -> Scan:
                 _fraction(t, u)
         elif gap in ("out of", "outof"):
             _fraction(t, u)
+        elif gap == "of" and u.value >= t.value:
+            # "3 of 4 objects": a tally, not a grade.
+            t.excluded = t.excluded or "ratio"
+            u.excluded = u.excluded or "ratio"
         elif text[t.end : u.start] == "-" and (
             (i + 2 < len(tokens) and text[u.end : tokens[i + 2].start] == "-")
             or (i > 0 and text[tokens[i - 1].end : t.start] == "-")

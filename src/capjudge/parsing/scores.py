@@ -18,8 +18,10 @@ followed by ``3 dogs`` is not read as 3):
    ``assign``, ``deserves``, ``answer``... with only filler words between (``I would give this
    caption a score of 85``, ``Rating: 7/10``, ``The score is 85 out of 100``).
 5. ``number_line``: the first line that holds nothing but a number (``85``, ``0.85``, ``**85/100**``).
-6. ``fraction``: the first ``a/b`` or ``a out of b`` with b in 1, 5, 10, 20, 100 (``7/10``).
-7. ``number``: the first number in range, skipping numbers that are not scores and counts (a
+6. ``trailing``: the answer ends with a number standing as its own sentence
+   (``The caption mentions 5 people. 30``).
+7. ``fraction``: the first ``a/b`` or ``a out of b`` with b in 1, 5, 10, 20, 100 (``7/10``).
+8. ``number``: the first number in range, skipping numbers that are not scores and counts (a
    number followed by a lowercase content word: ``3 dogs``); on a fractional
    scale (``high <= 1``) a number written with a decimal point is preferred over a bare integer
    (``1 dog ... 0.4`` is 0.4). This agrees with VisCE2's "first integer after removing canonical
@@ -56,7 +58,7 @@ class ScoreParse:
 
     ``value`` is the score on the requested scale (``None`` on failure); ``rule`` names the rule
     that decided (``json_key``, ``double_brackets``, ``final_label``, ``label``, ``number_line``,
-    ``fraction``, ``number``; ``None`` when nothing matched); ``span`` and ``matched`` locate the
+    ``trailing``, ``fraction``, ``number``; ``None`` when nothing matched); ``span`` and ``matched`` locate the
     number in the cleaned text (Markdown and special tokens removed); ``reason`` says why
     ``value`` is ``None`` (``"empty answer"``, ``"no number"``, ``"out of range: 150"``,
     ``"negative number: -5"``, ...).
@@ -254,7 +256,7 @@ def _parse(text: Any, low: Any, high: Any) -> ScoreParse:
         return ScoreParse(None, reason="empty answer")
     sc = scan(t)
 
-    for rule in (_json_key, _double_brackets, _final_label, _label, _number_line, _fraction):
+    for rule in (_json_key, _double_brackets, _final_label, _label, _number_line, _trailing, _fraction):
         found = rule(t, sc)
         if found is None:
             continue
@@ -350,6 +352,29 @@ def _number_line(t: str, sc: Scan) -> _Found | None:
         if i is not None and sc.tokens[i].excluded is None:
             return "number_line", sc.tokens[i], None
     return None
+
+
+_TRAILING_BEFORE_RE = re.compile(r"(?:[.!?:]|\n)[ \t>\-\[(\"']{0,6}$")
+_TRAILING_AFTER_RE = re.compile(r"[ \t.!)\]\"'\n]*$")
+
+
+def _trailing(t: str, sc: Scan) -> _Found | None:
+    """The answer ends with a number that stands as its own sentence: ``... mentions 5. 30``."""
+    if not sc.tokens:
+        return None
+    tok = sc.tokens[-1]
+    if tok.excluded is not None and tok.excluded != "denominator":
+        return None
+    if tok.excluded == "denominator":  # "... so 7/10": the numerator is the score
+        if len(sc.tokens) < 2 or sc.tokens[-2].denom is None:
+            return None
+        tok = sc.tokens[-2]
+    end = sc.tokens[-1].end
+    if not _TRAILING_AFTER_RE.fullmatch(t, end) or not _TRAILING_BEFORE_RE.search(
+        t[max(0, tok.start - 8) : tok.start]
+    ):
+        return None
+    return "trailing", tok, None
 
 
 def _fraction(t: str, sc: Scan) -> _Found | None:

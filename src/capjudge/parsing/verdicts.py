@@ -10,7 +10,7 @@ Rules, in order; the first that decides wins:
    ``Answer:`` / ``Verdict:`` prefix: ``A``, ``1``, ``**Answer 1**``, ``Caption B.``, ``Tie``.
 2. ``brackets``: the last MT-Bench ``[[A]]`` / ``[[B]]`` / ``[[C]]`` (also ``[[1]]``, ``[[Tie]]``).
 3. ``final``: the last explicit decision, ``Final verdict: Answer 2``, ``My choice is the second
-   caption``, ``Verdict - Tie``, ``The better caption is Caption A``.
+   caption``, ``Verdict - Tie``, ``The better caption is Caption A``, ``Therefore, Answer 1.``
 4. ``leading``: the answer opens with a bare label and then explains (``Answer 2, because ...``).
 5. ``statements``: sentence by sentence, preference statements are read. Strong ones (``better``,
    ``prefer``, ``choose``, ``superior``, ``wins``, tie phrases) decide by the *last* sentence that
@@ -39,11 +39,21 @@ _NOUNS = (
     r"answer|caption|response|output|option|candidate|description|sentence|choice|text|"
     r"assistant|model|summary|result"
 )
-# "Answer 1", "Caption B", "Output (a)", "caption #2", "Answer-1". Lowercase a/b only in
-# parentheses or before punctuation/verbs, so "caption a dog" is not read as a label.
+# Words that may follow a letter label ("Caption A describes ..."), so that a caption quoted
+# after the noun ("the caption A dog on a couch") is not read as a label.
+_LABEL_FOLLOWERS = (
+    r"is|was|has|had|seems|wins|won|does|doesn't|isn't|provides|describes|captures|and|or|over|"
+    r"than|because|since|as|correctly|accurately|incorrectly|mentions|better|worse|also|only|"
+    r"fails|misses|includes|contains|gives|offers|identifies|focuses|lacks|says|states|adds|omits|"
+    r"uses|shows|depicts|would|should|could|clearly|more|less|by|in|with|for|to|vs|versus"
+)
+# "Answer 1", "Caption B", "Output (a)", "caption #2", "Answer-1". Letter labels must be followed
+# by punctuation, the end, "'s" or one of the words above.
 _MENTION_RE = re.compile(
     rf"\b(?:{_NOUNS})s?[ \t]{{0,3}}[#:-]?[ \t]{{0,3}}"
-    r"(?:\((?P<p>[12abAB])\)|(?P<d>[12])(?![0-9]|\.[0-9])|(?P<u>[AB])\b(?!['\u2019]|\.[A-Za-z])|(?P<l>[ab])(?=[ \t]{0,3}(?:[.,;:!?)\]]|$|\n|(?:is|was|has|seems|wins|does|provides|describes|captures|and|or|over|than|because)\b)))"
+    r"(?:\((?P<p>[12abAB])\)|(?P<d>[12])(?![0-9]|\.[0-9])|(?P<u>(?-i:[ABab]))(?=['\u2019]s\b|[ \t]{0,3}(?:[.,;:!?)\]]|$|\n|(?:"
+    + _LABEL_FOLLOWERS
+    + r")\b)))"
     rf"|\b(?:the[ \t]+)?(?P<o>first|second|former|latter|1st|2nd)[ \t]+(?:one|{_NOUNS})s?\b"
     r"|\bthe[ \t]+(?P<o2>first|second|former|latter)\b(?=[ \t]{0,3}(?:[.,;:!?)]|$|\n|(?:is|was|seems|one)\b))",
     re.IGNORECASE,
@@ -51,7 +61,7 @@ _MENTION_RE = re.compile(
 _TIE_RE = re.compile(
     r"\b(?:ties?|tied|a[ \t]+draw|equally|equal(?:[ \t]+(?:quality|in[ \t]+quality|merit))?|"
     r"(?:the[ \t]+)?same[ \t]+(?:quality|level)|neither(?:[ \t]+\w+){0,3}[ \t]+(?:is|are)[ \t]+(?:better|worse|superior|preferable)|"
-    r"neither|no[ \t]+(?:clear[ \t]+)?(?:winner|difference|preference)|on[ \t]+par|comparable|indistinguishable|"
+    r"no[ \t]+(?:clear[ \t]+)?(?:winner|difference|preference)|on[ \t]+par|comparable|indistinguishable|"
     r"both[ \t]+(?:are|captions[ \t]+are|answers[ \t]+are)[ \t]+(?:equally|just[ \t]+as|as)|equivalent|similar[ \t]+quality)\b",
     re.IGNORECASE,
 )
@@ -74,7 +84,8 @@ _WEAK_NEG_RE = re.compile(
 _NEGATION_RE = re.compile(r"\b(?:not|n't|never|no)\b[ \t]+(?:\w+[ \t]+)?$", re.IGNORECASE)
 _THAN_RE = re.compile(r"\bthan\b", re.IGNORECASE)
 _CLAUSE_SPLIT_RE = re.compile(
-    r"(?<=[.!?])\s+|\n+|;|,?[ \t]+(?:but|while|whereas|however|although|though|yet)\b,?",
+    r"(?<=[.!?])\s+|\n+|;|\(|\)|,?[ \t]+(?:but|while|whereas|however|although|though|yet|because|since|"
+    r"as[ \t]+it|which|so|therefore|thus|hence)\b,?|,[ \t]+and\b",
     re.IGNORECASE,
 )
 _SENTENCE_SPLIT_RE = re.compile(r"(?<=[.!?])\s+|\n+")
@@ -116,7 +127,7 @@ class VerdictParse:
 
 
 def _side_of_mention(m: re.Match[str]) -> Verdict:
-    for key in ("p", "d", "u", "l"):
+    for key in ("p", "d", "u"):
         v = m.group(key)
         if v:
             return "A" if v.lower() in ("1", "a") else "B"
@@ -188,7 +199,7 @@ def _parse(text: Any) -> VerdictParse:
     if last is not None:
         return VerdictParse(_label_from_token(last.group(1)), "brackets")
 
-    v = _final(t)
+    v = _final(t) or _conclusion(t)
     if v is not None:
         return VerdictParse(v, "final")
 
@@ -222,6 +233,24 @@ def _final(t: str) -> Verdict | None:
                 v = _side_of_mention(mm)
             elif _TIE_RE.match(rest) or re.match(r"(?:a|it'?s a)[ \t]+tie\b", rest, re.IGNORECASE):
                 v = "tie"
+        if v is not None:
+            found = v
+    return found
+
+
+_CONCLUSION_RE = re.compile(
+    r"\b(?:therefore|thus|hence|so|overall|in[ \t]+conclusion|in[ \t]+summary|to[ \t]+conclude)[ \t]*[,:]?[ \t]*",
+    re.IGNORECASE,
+)
+
+
+def _conclusion(t: str) -> Verdict | None:
+    """The last ``Therefore, Answer 1.`` / ``In conclusion: tie`` (a bare label after the word)."""
+    found: Verdict | None = None
+    for m in _CONCLUSION_RE.finditer(t):
+        rest = t[m.end() : m.end() + 60]
+        end = _LEADING_END_RE.search(rest)
+        v = _bare(rest[: end.start()] if end else rest)
         if v is not None:
             found = v
     return found

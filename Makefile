@@ -1,0 +1,45 @@
+# Two commands set up everything on a fresh machine:
+#   make demo   create .venv, install capjudge with the HF backend, run the demo on the bundled examples
+#   make test   install everything (HF, llama.cpp, dev tools) and run lint + the whole test suite
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+# The CPU wheel of torch lies on the build machines' disk; elsewhere pick the build you want
+# (e.g. TORCH_SPEC='torch --index-url https://download.pytorch.org/whl/cpu').
+TORCH_SPEC ?= torch==2.13.0
+# Portable llama.cpp build (AVX2, no -march=native): the same wheel runs on any x86-64 CI machine.
+LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
+
+.PHONY: demo test lint install install-dev clean bench
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+
+$(VENV)/.stamp-hf: pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet $(TORCH_SPEC)
+	$(PY) -m pip install --quiet -e '.[hf]'
+	touch $@
+
+$(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-hf
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet -e '.[hf,llamacpp,dev]'
+	touch $@
+
+install: $(VENV)/.stamp-hf
+
+install-dev: $(VENV)/.stamp-dev
+
+demo: install
+	$(VENV)/bin/capjudge demo
+
+lint: install-dev
+	$(VENV)/bin/ruff check src tests benchmarks
+
+test: install-dev lint
+	$(PY) -m pytest -q -p no:cacheprovider
+
+bench: install-dev
+	$(PY) benchmarks/bench_judge.py --k 5
+
+clean:
+	rm -rf $(VENV) out build dist src/*.egg-info .pytest_cache .ruff_cache
