@@ -390,13 +390,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except (UsageError, UnknownMethodError, UnknownBackendError, InputFormatError, TemplateError, FileNotFoundError) as exc:
-        _console().print(f"[red]capjudge: error:[/red] {exc}")
+        # Plain print: error messages hold paths that must not be wrapped.
+        print(f"capjudge: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except BackendError as exc:
-        _console().print(f"[red]capjudge: backend error:[/red] {exc}")
+        print(f"capjudge: backend error: {exc}", file=sys.stderr)
         return EXIT_FAIL
     except KeyboardInterrupt:
-        _console().print("[yellow]interrupted: results written so far are kept; re-run to resume from the cache[/yellow]")
+        print("capjudge: interrupted: results written so far are kept; re-run to resume from the cache", file=sys.stderr)
         return 130
 
 

@@ -256,7 +256,15 @@ def _parse(text: Any, low: Any, high: Any) -> ScoreParse:
         return ScoreParse(None, reason="empty answer")
     sc = scan(t)
 
-    for rule in (_json_key, _double_brackets, _final_label, _label, _number_line, _trailing, _fraction):
+    for rule in (
+        _json_key,
+        _double_brackets,
+        _final_label,
+        _label,
+        _number_line,
+        _trailing,
+        _fraction,
+    ):
         found = rule(t, sc)
         if found is None:
             continue

@@ -84,7 +84,7 @@ _WEAK_NEG_RE = re.compile(
 _NEGATION_RE = re.compile(r"\b(?:not|n't|never|no)\b[ \t]+(?:\w+[ \t]+)?$", re.IGNORECASE)
 _THAN_RE = re.compile(r"\bthan\b", re.IGNORECASE)
 _CLAUSE_SPLIT_RE = re.compile(
-    r"(?<=[.!?])\s+|\n+|;|\(|\)|,?[ \t]+(?:but|while|whereas|however|although|though|yet|because|since|"
+    r"(?<=[.!?])\s+|\n+|;|,?[ \t]+(?:but|while|whereas|however|although|though|yet|because|since|"
     r"as[ \t]+it|which|so|therefore|thus|hence)\b,?|,[ \t]+and\b",
     re.IGNORECASE,
 )
