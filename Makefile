@@ -33,7 +33,7 @@ demo: install
 	$(VENV)/bin/capjudge demo
 
 lint: install-dev
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check .
 
 test: install-dev lint
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -147,6 +147,14 @@ class HFBackend(Backend):
             system_prompt=True,
         )
         self._identity = self._make_identity()
+        from capjudge.backends.hf_prefix import PrefixReuser
+
+        self._prefix: PrefixReuser | None = PrefixReuser(self)
+
+    @property
+    def prefix_stats(self) -> Any:
+        """Counters of the prefix-reuse path (:class:`capjudge.backends.hf_prefix.PrefixStats`)."""
+        return self._prefix.stats if self._prefix is not None else None
 
     # ---------------------------------------------------------------- setup helpers
     def _eos_ids(self) -> set[int]:
@@ -244,6 +252,10 @@ class HFBackend(Backend):
         """Answer the requests in batches of ``batch_size`` (same image count and settings per
         batch); a batch that fails is retried one request at a time, so that only the bad one fails."""
         results: list[Completion | BaseException | None] = [None] * len(requests)
+        if self.prefix_reuse and self._prefix is not None:
+            # Captions of one image: one prefix pass per image (see capjudge.backends.hf_prefix).
+            for i, out in self._prefix.run(requests).items():
+                results[i] = out
         order: dict[tuple[Any, ...], list[int]] = {}
         for i, r in enumerate(requests):
             if results[i] is None:
