@@ -90,4 +90,10 @@ def load_backend(spec: str | Backend, **options: Any) -> Backend:
             raise UnknownBackendError(f"backend {parsed.kind!r} is not available: {exc}{hint}") from exc
         factory = getattr(module, func_name)
     merged: dict[str, Any] = {**parsed.options, **options}
-    return factory(parsed, **merged)
+    try:
+        return factory(parsed, **merged)
+    except TypeError as exc:
+        if "unexpected keyword" in str(exc):
+            bad = str(exc).rsplit(" ", 1)[-1]
+            raise UnknownBackendError(f"backend {parsed.kind!r} has no option {bad} (given in {spec!r} or --backend-opt)") from None
+        raise

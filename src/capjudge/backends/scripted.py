@@ -52,6 +52,6 @@ class ScriptedBackend(Backend):
 
 def from_spec(spec: BackendSpec, **options: Any) -> ScriptedBackend:
     """``scripted:<answer text>``: every request is answered with that text."""
-    backend = ScriptedBackend(options.pop("text", spec.target), model=options.pop("model", "scripted"))
+    backend = ScriptedBackend(options.pop("text", spec.target), **options)
     backend.spec = spec.raw
     return backend

@@ -136,7 +136,7 @@ def _perturbation(family: Family, source: str) -> Callable[[Callable[[str, rando
 
 # ------------------------------------------------------------------------------------ word lists
 def _data(name: str) -> str:
-    return resources.files("capjudge.probes").joinpath("data", name).read_text(encoding="utf-8")
+    return resources.files("capjudge.probes").joinpath("data").joinpath(name).read_text(encoding="utf-8")
 
 
 def _lines(name: str) -> list[str]:
@@ -437,6 +437,8 @@ def colour_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tu
     m = rng.choice(hits)
     present = {group_of[h.phrase] for h in hits}
     choices = [g[0] for g in groups if g not in present]
+    if not choices:
+        raise _Skip("every colour of the list is already in the caption")
     new = rng.choice(choices)
     return _replace(caption, words, m, new), f"{caption[m.start:m.end]} -> {new}"
 
@@ -451,7 +453,10 @@ def location_swap(caption: str, rng: random.Random, options: PerturbOptions) -> 
         if hits:
             m = rng.choice(hits)
             present = {h.phrase for h in hits}
-            new = rng.choice([p for p in places[group] if p not in present])
+            choices = [p for p in places[group] if p not in present]
+            if not choices:
+                raise _Skip(f"every name of the {group} list is already in the caption")
+            new = rng.choice(choices)
             return _replace(caption, words, m, new, proper=group != "scenes"), f"{caption[m.start:m.end]} -> {new} ({group})"
     raise _Skip("no place name or scene noun in the caption")
 

@@ -51,7 +51,7 @@ class ProbePair:
     kind: str
     family: str
     original: str
-    perturbed: str | None
+    perturbed: str | None = None
     change: str | None = None
     reason: str | None = None  # why the perturbation did not apply
     score_original: float | None = None
@@ -191,9 +191,10 @@ class ProbeReport:
 def _as_sample(item: Sample | dict[str, Any], index: int) -> Sample:
     if isinstance(item, Sample):
         return item if item.id is not None else Sample(item.image, item.caption, item.references, str(index))
+    caption = item.get("caption")
     return Sample(
         image=item.get("image", "<missing>"),
-        caption=item.get("caption") if isinstance(item.get("caption"), str) else "",
+        caption=caption if isinstance(caption, str) else "",
         references=tuple(item.get("references") or ()),
         id=str(item["id"]) if item.get("id") is not None else str(index),
     )
@@ -360,7 +361,7 @@ def _score(judge: Judge, items: Sequence[Sample], per_sample: Sequence[Sequence[
     out: list[tuple[ScoreResult, list[ScoreResult]]] = []
     if judge.method.kind == "listwise":
         for s, row in zip(items, per_sample):
-            texts = [s.caption] + [p.perturbed for p in row if p.applicable]
+            texts = [s.caption] + [p.perturbed or "" for p in row if p.applicable]
             order = list(range(len(texts)))
             random.Random(f"{seed}:{s.id}").shuffle(order)  # no fixed slot for the original
             batch = [Sample(s.image, texts[k], s.references, f"{s.id}:{k}") for k in order]
@@ -373,10 +374,10 @@ def _score(judge: Judge, items: Sequence[Sample], per_sample: Sequence[Sequence[
         for s, row in zip(items, per_sample):
             batch.append(Sample(s.image, s.caption, s.references, str(s.id)))
             batch.extend(Sample(s.image, p.perturbed or "", s.references, f"{s.id}:{p.kind}") for p in row if p.applicable)
-        results = iter(judge.score_many(batch))
+        stream = iter(judge.score_many(batch))
         for row in per_sample:
-            orig = next(results)
-            out.append((orig, [next(results) for p in row if p.applicable]))
+            orig = next(stream)
+            out.append((orig, [next(stream) for p in row if p.applicable]))
     if writer is not None:
         for s, row, (orig, perts) in zip(items, per_sample, out):
             writer.write(_tag(orig, str(s.id), None))

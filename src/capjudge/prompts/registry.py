@@ -224,6 +224,8 @@ for _m in (
     Method("ref-fleur", "ref_fleur", scale=(0.0, 1.0), smoothing=True, needs_references=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, paper="FLEUR (seed 004), Sec. 3.3", description="FLEUR with the reference captions in the prompt."),
     Method("gpt4v-grade", "gpt4v_grade", max_new_tokens=256, paper="GPT-4V as a generalist evaluator (seed 003), Sec. 2", description="Single-answer grading on a 0-100 scale; JSON answer with score and reasoning."),
     Method("gpt4v-pairwise", "gpt4v_pairwise", kind="pairwise", max_new_tokens=256, paper="GPT-4V as a generalist evaluator (seed 003), Sec. 2", description="Pairwise comparison (Answer 1 / Answer 2 / Tie), asked in both orders and combined by the dual-sided vote."),
+    Method("fleur-hardened", "fleur_hardened", scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, paper="capjudge variant of FLEUR (seed 004, Sec. 3.1): caption delimited as data", description="FLEUR with the caption between markers and a note that text inside them is data, not instructions (opt-in hardening)."),
+    Method("vanilla-hardened", "vanilla_hardened", system=LLAVA_V1_SYSTEM, paper="capjudge variant of VisCE2 Vanilla (seed 001, Table 5): caption delimited as data", description="Vanilla with the caption between markers and a note that text inside them is data, not instructions (opt-in hardening)."),
     Method("listwise", "listwise", kind="listwise", scale=(0.0, 1.0), max_new_tokens=128, paper="Cobra effect (seed 002), Fig. 4", description="All candidate captions of an image in one prompt, each scored 0-1."),
 ):
     register_method(_m)

@@ -1,0 +1,473 @@
+"""Seconds per caption for FLEUR judging: reference style vs capjudge vs the prefix floor.
+
+For K captions of one image this prints, per caption:
+
+(a) reference: one ``model.generate(output_scores=True, return_dict_in_generate=True)`` per caption,
+    as FLEUR's code does (processor call included);
+(b) capjudge:  ``Judge("fleur", HFBackend(..., prefix_reuse=True)).score_many`` on the K samples;
+(c) floor:     one prefix forward (system text, image, instructions up to the caption) plus the K
+    suffix forwards, measured directly on the model;
+
+with the ratios a/b and b/c and the peak memory of (a) and (b). Medians over ``--reps``.
+
+CPU (default): a tiny random LLaVA-1.5 at a size where compute dominates (hidden 512, 8 layers,
+576 image tokens), built into a temporary folder. ``--device cuda``: LLaVA-1.5-7B shapes (Llama
+hidden 4096, 32 layers, 32 heads, MLP 11008, vocab 32000; CLIP ViT-L/14-336: 1024 wide, 24 layers)
+with random weights in float16, built in memory. When llama-cpp-python is importable it also
+measures the llama.cpp backend's prefix reuse on the tiny GGUF model.
+
+    python benchmarks/bench_judge.py                  # K = 1, 3, 5, 10, table
+    python benchmarks/bench_judge.py --k 5 --json     # last line: one JSON object
+    python benchmarks/bench_judge.py --device cuda    # 7B shapes on a GPU
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+IMAGES = [ROOT / "examples" / "images" / "cats.jpg", ROOT / "examples" / "images" / "dog.jpg"]
+
+CAPTIONS = [
+    "an orange cat and a grey cat are lying together on a white bed.",
+    "two cats sleeping next to each other on a soft blanket in the room.",
+    "a brown dog is running on the green grass in the park.",
+    "a small black dog with a red ball is standing near a tree.",
+    "three children are playing with a frisbee on the beach.",
+    "a man wearing a blue jacket is riding a bike on the street.",
+    "a woman is sitting on a sofa and looking at a picture.",
+    "a large white bird is standing in the water near the field.",
+    "a young boy is holding a plate of food in the kitchen.",
+    "several people are walking behind a yellow bus on the road.",
+    "a girl in a pink shirt is jumping over a small log.",
+    "two horses are eating grass in a large green field.",
+]
+
+
+# ----------------------------------------------------------------------------- memory
+def _status_kb(field: str) -> int | None:
+    try:
+        m = re.search(rf"{field}:\s+(\d+)\s+kB", Path("/proc/self/status").read_text())
+    except OSError:
+        return None
+    return int(m.group(1)) if m else None
+
+
+class PeakMemory:
+    """Peak memory above the level at the start of a block, in MiB.
+
+    CUDA: ``torch.cuda.max_memory_allocated``. CPU: the process's peak resident set (VmHWM), reset
+    at the start of the block through ``/proc/self/clear_refs`` (Linux); ``None`` where that is
+    not possible.
+    """
+
+    def __init__(self, torch: Any, device: str) -> None:
+        self.torch = torch
+        self.cuda = device.startswith("cuda")
+        self.mib: float | None = None
+
+    def __enter__(self) -> PeakMemory:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            self.torch.cuda.reset_peak_memory_stats()
+            self.base = self.torch.cuda.memory_allocated()
+        else:
+            try:
+                Path("/proc/self/clear_refs").write_text("5")
+                self.base = _status_kb("VmRSS")
+            except OSError:
+                self.base = None
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize()
+            self.mib = (self.torch.cuda.max_memory_allocated() - self.base) / 2**20
+        elif self.base is not None:
+            peak = _status_kb("VmHWM")
+            self.mib = (peak - self.base) / 1024 if peak is not None else None
+
+
+# ----------------------------------------------------------------------------- models
+def build_cpu_model(directory: Path, hidden: int, layers: int, heads: int) -> Path:
+    """The tiny judge-like LLaVA (576 image tokens) at the given text-model size."""
+    from capjudge.testing.tiny_llava import build_tiny_llava
+
+    return build_tiny_llava(directory, hidden_size=hidden, num_layers=layers, num_heads=heads)
+
+
+def build_7b_shapes(tokenizer_dir: Path, *, layers: int, vision_layers: int, dtype: Any, device: str) -> Any:
+    """A LLaVA-1.5-7B-shaped model with random weights (plus the tiny model's judge-like weights,
+    so that answers look like FLEUR answers), on ``device`` in ``dtype``.
+
+    Built on the CPU in ``dtype`` and moved; vocabulary rows past the tokenizer's never win the argmax.
+    """
+    import torch
+    from transformers import AutoTokenizer, CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+
+    from capjudge.testing import tiny_llava
+
+    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
+    text = LlamaConfig(
+        vocab_size=32000,
+        hidden_size=4096,
+        intermediate_size=11008,
+        num_hidden_layers=layers,
+        num_attention_heads=32,
+        num_key_value_heads=32,
+        max_position_embeddings=4096,
+        rms_norm_eps=1e-5,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=False,
+    )
+    vision = CLIPVisionConfig(
+        image_size=336, patch_size=14, hidden_size=1024, intermediate_size=4096, num_hidden_layers=vision_layers, num_attention_heads=16, projection_dim=768
+    )
+    config = LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_index=tok.convert_tokens_to_ids("<image>"),
+        image_seq_length=576,
+        vision_feature_layer=-2,
+        vision_feature_select_strategy="default",
+        projector_hidden_act="gelu",
+    )
+    torch.manual_seed(0)
+    model = LlavaForConditionalGeneration._from_config(config, dtype=torch.float32).eval()
+    tiny_llava._make_judge_like(model, tok, 4096 // 32, 0)
+    with torch.no_grad():
+        emb = model.model.language_model.embed_tokens.weight
+        n_tok = len(tok)
+        const = ((emb[:n_tok] == 1.0).all(0)).nonzero().flatten()  # the constant "bias" dimension
+        w = model.lm_head.weight
+        w[n_tok:] = 0.0
+        if len(const):
+            w[n_tok:, int(const[0])] = -8.0
+    return model.to(device=device, dtype=dtype)
+
+
+def attach(backend: Any, net: Any) -> None:
+    """Replace an HFBackend's network (benchmark only) and rebuild its prefix-reuse helper."""
+    from capjudge.backends.hf_prefix import PrefixReuser
+
+    backend.net = net.eval()
+    backend._prefix = PrefixReuser(backend)
+
+
+# ----------------------------------------------------------------------------- timing
+def timed(fn: Callable[[], Any], torch: Any, cuda: bool) -> float:
+    """Wall seconds of one call (CUDA synchronised)."""
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    if cuda:
+        torch.cuda.synchronize()
+    return time.perf_counter() - t0
+
+
+def reference_style(backend: Any, image: Path, captions: Sequence[str], max_new_tokens: int) -> list[Any]:
+    """FLEUR's code path: for each caption, preprocess and run one full ``generate`` with scores."""
+    import torch
+    from PIL import Image
+
+    from capjudge.images import pad_to_square
+    from capjudge.prompts import LLAVA_V1_SYSTEM, get_template
+
+    proc, net = backend.processor, backend.net
+    tpl = get_template("fleur")
+    mean = tuple(int(x * 255) for x in proc.image_processor.image_mean)
+    outs = []
+    for caption in captions:
+        img = pad_to_square(Image.open(image).convert("RGB"), mean)
+        prompt = f"{LLAVA_V1_SYSTEM} USER: <image>\n{tpl.render(caption=caption)} ASSISTANT:"
+        inputs = proc(images=img, text=prompt, return_tensors="pt").to(backend.device)
+        inputs["pixel_values"] = inputs["pixel_values"].to(net.dtype)
+        with torch.inference_mode():
+            out = net.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+                output_scores=True,
+                return_dict_in_generate=True,
+                pad_token_id=proc.tokenizer.pad_token_id,
+            )
+        outs.append(out.sequences[0, inputs["input_ids"].shape[1] :].tolist())
+    return outs
+
+
+class Floor:
+    """One prefix forward plus K suffix forwards, on tensors prepared in advance."""
+
+    def __init__(self, backend: Any, judge: Any, image: Path, captions: Sequence[str]) -> None:
+        from capjudge import Sample
+
+        self.backend = backend
+        preps = [judge._prepare(i, Sample(image, c)) for i, c in enumerate(captions)]
+        reqs = [judge._score_request(p) for p in preps]
+        seqs, self.pixel_values = backend._prefix._tokenize_group(reqs)
+        n = min(len(s) for s in seqs)
+        p = 0
+        while p < n - 1 and all(s[p] == seqs[0][p] for s in seqs):
+            p += 1
+        self.p = p
+        self.prefix = seqs[0][:p]
+        self.suffixes = [s[p:] for s in seqs]
+
+    def _prefix_cache(self) -> list[tuple[Any, Any]]:
+        torch = self.backend._torch
+        ids = torch.tensor([self.prefix], device=self.backend.device)
+        out = self.backend.net(input_ids=ids, pixel_values=self.pixel_values, attention_mask=torch.ones_like(ids), use_cache=True, logits_to_keep=1)
+        return [(k, v) for k, v, *_ in out.past_key_values]
+
+    def _suffix(self, layers: list[tuple[Any, Any]], rows: Sequence[list[int]]) -> None:
+        from transformers import DynamicCache
+
+        torch = self.backend._torch
+        dev = self.backend.device
+        b, width = len(rows), max(len(r) for r in rows)
+        ids = torch.full((b, width), int(self.backend.tokenizer.pad_token_id), dtype=torch.long)
+        seg = torch.zeros((b, width), dtype=torch.long)
+        pos = torch.full((b, width), self.p, dtype=torch.long)
+        for k, r in enumerate(rows):
+            ids[k, width - len(r) :] = torch.tensor(r)
+            seg[k, width - len(r) :] = 1
+            pos[k, width - len(r) :] = torch.arange(self.p, self.p + len(r))
+        mask = torch.cat([torch.ones((b, self.p), dtype=torch.long), seg], dim=1)
+        cache = DynamicCache(ddp_cache_data=[(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in layers], config=self.backend.net.config)
+        self.backend.net(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), past_key_values=cache, use_cache=True, logits_to_keep=1)
+
+    def batched(self) -> None:
+        """Prefix, then the K suffixes in one batched forward."""
+        with self.backend._torch.inference_mode():
+            self._suffix(self._prefix_cache(), self.suffixes)
+
+    def one_by_one(self) -> None:
+        """Prefix, then K separate suffix forwards."""
+        with self.backend._torch.inference_mode():
+            layers = self._prefix_cache()
+            for s in self.suffixes:
+                self._suffix(layers, [s])
+
+
+def median_time(fn: Callable[[], Any], reps: int, torch: Any, cuda: bool) -> float:
+    """Median wall seconds of ``reps`` calls."""
+    return statistics.median(timed(fn, torch, cuda) for _ in range(reps))
+
+
+def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
+    """The HF rows of the table, one per K."""
+    import torch
+
+    from capjudge import Judge, Sample
+    from capjudge.backends.hf import HFBackend
+
+    cuda = args.device.startswith("cuda")
+    tmp = Path(tempfile.mkdtemp(prefix="capjudge-bench-"))
+    if cuda:
+        model_dir = build_cpu_model(tmp / "tok", 64, 1, 4)  # processor and tokenizer only
+        backend = HFBackend(str(model_dir), device=args.device, dtype="float16", prefix_reuse=True)
+        t0 = time.perf_counter()
+        attach(backend, build_7b_shapes(model_dir, layers=args.layers or 32, vision_layers=args.vision_layers or 24, dtype=torch.float16, device=args.device))
+        print(f"built 7B-shaped model in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+    elif args.preset == "7b":  # the 7B code path on the CPU (smoke test; use --layers 2)
+        model_dir = build_cpu_model(tmp / "tok", 64, 1, 4)
+        backend = HFBackend(str(model_dir), device="cpu", prefix_reuse=True)
+        attach(backend, build_7b_shapes(model_dir, layers=args.layers or 2, vision_layers=args.vision_layers or 2, dtype=torch.float32, device="cpu"))
+    else:
+        model_dir = build_cpu_model(tmp / "tiny", args.hidden, args.layers or 8, args.heads)
+        backend = HFBackend(str(model_dir), device="cpu", prefix_reuse=True)
+    judge = Judge("fleur", backend, batch_size=max(args.k) * 2)
+    max_new = judge.method.max_new_tokens
+
+    def capjudge(image: Path, caps: Sequence[str]) -> list[Any]:
+        return list(judge.score_many([Sample(image, c) for c in caps]))
+
+    # Warm-up (first-call overheads; capjudge also learns its answer draft here).
+    capjudge(IMAGES[1], CAPTIONS[:3])
+    reference_style(backend, IMAGES[1], CAPTIONS[:1], max_new)
+    rows = []
+    for k in args.k:
+        caps = [CAPTIONS[i % len(CAPTIONS)] for i in range(k)]
+        image = IMAGES[0]
+        floor = Floor(backend, judge, image, caps)
+        floor.batched()
+        t_ref = median_time(lambda: reference_style(backend, image, caps, max_new), args.reps, torch, cuda)
+        t_cj = median_time(lambda: capjudge(image, caps), args.reps, torch, cuda)
+        t_fb = median_time(floor.batched, args.reps, torch, cuda)
+        t_f1 = median_time(floor.one_by_one, args.reps, torch, cuda) if k > 1 else t_fb
+        t_floor = min(t_fb, t_f1)
+        with PeakMemory(torch, args.device) as m_ref:
+            reference_style(backend, image, caps, max_new)
+        with PeakMemory(torch, args.device) as m_cj:
+            results = capjudge(image, caps)
+        smoothed = sum(1 for r in results if r.smoothed)
+        row = {
+            "k": k,
+            "reference_s_per_caption": t_ref / k,
+            "capjudge_s_per_caption": t_cj / k,
+            "floor_s_per_caption": t_floor / k,
+            "speedup_vs_reference": t_ref / t_cj,
+            "ratio_to_floor": t_cj / t_floor,
+            "peak_mib_reference": m_ref.mib,
+            "peak_mib_capjudge": m_cj.mib,
+            "prompt_tokens": floor.p + statistics.median(len(s) for s in floor.suffixes),
+            "prefix_tokens": floor.p,
+            "smoothed": f"{smoothed}/{k}",
+        }
+        rows.append(row)
+        print(
+            f"K={k:>2}  ref {row['reference_s_per_caption']:.3f}  capjudge {row['capjudge_s_per_caption']:.3f}  "
+            f"floor {row['floor_s_per_caption']:.3f} s/caption  a/b {row['speedup_vs_reference']:.2f}  b/c {row['ratio_to_floor']:.2f}",
+            file=sys.stderr,
+        )
+    backend.close()
+    return rows
+
+
+def bench_llamacpp(args: argparse.Namespace) -> dict[str, Any] | None:
+    """Per-caption time of the llama.cpp backend with image-prefix reuse vs alternating images."""
+    try:
+        import llama_cpp  # noqa: F401
+    except ImportError:
+        return None
+    from capjudge.backends.base import GenerationConfig, Message, Request
+    from capjudge.backends.llamacpp import LlamaCppBackend
+    from capjudge.images import load_image
+    from capjudge.prompts import LLAVA_V1_SYSTEM, get_template
+    from capjudge.testing.tiny_gguf import build_tiny_llava_gguf
+
+    model, mmproj = build_tiny_llava_gguf(Path(tempfile.mkdtemp(prefix="capjudge-gguf-")))
+    be = LlamaCppBackend(model, mmproj, n_threads=args.threads)
+    k = max(args.k)
+    imgs = [load_image(p) for p in IMAGES]
+    tpl = get_template("fleur")
+    cfg = GenerationConfig(max_new_tokens=16, top_logprobs=20)
+
+    def req(img: Any, cap: str) -> Request:
+        return Request((Message("system", LLAVA_V1_SYSTEM), Message("user", tpl.render(caption=cap), images=(img,))), cfg)
+
+    caps = [CAPTIONS[i % len(CAPTIONS)] for i in range(k)]
+    be.generate([req(imgs[1], caps[0])])  # warm-up
+
+    def same_image() -> list[Any]:
+        be.generate([req(imgs[1], caps[0])])  # the previous call was on another image
+        return [be.generate([req(imgs[0], c)])[0] for c in caps]
+
+    def alternating() -> list[Any]:
+        return [be.generate([req(imgs[i % 2], c)])[0] for i, c in enumerate(caps)]
+
+    def per_caption(fn: Callable[[], list[Any]]) -> tuple[float, float]:
+        times, reused = [], []
+        for _ in range(args.reps):
+            t0 = time.perf_counter()
+            outs = fn()
+            times.append(time.perf_counter() - t0)
+            reused.append(statistics.mean(o.meta.get("reused_prompt_tokens", 0) for o in outs if not isinstance(o, BaseException)))
+        return statistics.median(times) / k, statistics.median(reused)
+
+    t_same, r_same = per_caption(same_image)
+    t_alt, r_alt = per_caption(alternating)
+    n_prompt = be.generate([req(imgs[0], caps[0])])[0].usage.prompt_tokens
+    be.close()
+    return {
+        "k": k,
+        "same_image_s_per_caption": t_same,
+        "alternating_s_per_caption": t_alt,
+        "speedup": t_alt / t_same if t_same else None,
+        "reused_prompt_tokens_same": r_same,
+        "reused_prompt_tokens_alternating": r_alt,
+        "prompt_tokens": n_prompt,
+    }
+
+
+def machine(device: str) -> str:
+    """A one-line description of where the benchmark ran."""
+    import torch
+
+    if device.startswith("cuda"):
+        return f"{torch.cuda.get_device_name(device)}, torch {torch.__version__}"
+    cpu = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} cores, {torch.get_num_threads()} torch threads, torch {torch.__version__}"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the benchmark and print the table (and, with ``--json``, one JSON line last)."""
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--k", default="1,3,5,10", help="captions per image, comma-separated (default 1,3,5,10)")
+    ap.add_argument("--reps", type=int, default=3, help="repetitions per measurement; medians are reported")
+    ap.add_argument("--device", default="cpu", help="cpu (tiny model) or cuda (LLaVA-1.5-7B shapes)")
+    ap.add_argument("--preset", choices=["tiny", "7b"], default=None, help="model shapes (default: tiny on CPU, 7b on CUDA)")
+    ap.add_argument("--hidden", type=int, default=512, help="tiny model: text hidden size")
+    ap.add_argument("--layers", type=int, default=None, help="text layers (tiny default 8, 7b default 32)")
+    ap.add_argument("--heads", type=int, default=8, help="tiny model: attention heads")
+    ap.add_argument("--vision-layers", type=int, default=None, help="7b preset: CLIP layers (default 24)")
+    ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    ap.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp measurement")
+    ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
+    args = ap.parse_args(argv)
+    args.k = [int(x) for x in str(args.k).split(",") if x.strip()]
+    if args.preset is None:
+        args.preset = "7b" if args.device.startswith("cuda") else "tiny"
+
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = bench_hf(args)
+    llama = None if args.no_llamacpp else bench_llamacpp(args)
+
+    where = machine(args.device)
+    shape = "LLaVA-1.5-7B shapes, random weights, float16" if args.preset == "7b" else f"tiny LLaVA, hidden {args.hidden}, {args.layers or 8} layers, {args.heads} heads, float32"
+    print(f"\nFLEUR, 576 image tokens, {shape}; {where}; median of {args.reps}")
+    print("| K | reference s/caption (a) | capjudge s/caption (b) | floor s/caption (c) | a/b | b/c | peak MiB ref | peak MiB capjudge |")
+    print("|---|---|---|---|---|---|---|---|")
+
+    def mib(x: float | None) -> str:
+        return "n/a" if x is None else f"{x:.0f}"
+
+    for r in rows:
+        print(
+            f"| {r['k']} | {r['reference_s_per_caption']:.3f} | {r['capjudge_s_per_caption']:.3f} | {r['floor_s_per_caption']:.3f} | "
+            f"{r['speedup_vs_reference']:.2f} | {r['ratio_to_floor']:.2f} | {mib(r['peak_mib_reference'])} | {mib(r['peak_mib_capjudge'])} |"
+        )
+    if llama:
+        print(
+            f"\nllama.cpp (tiny GGUF, {llama['prompt_tokens']} prompt tokens), K={llama['k']}: same image consecutive "
+            f"{llama['same_image_s_per_caption'] * 1000:.1f} ms/caption (reused {llama['reused_prompt_tokens_same']:.0f} prompt tokens), "
+            f"alternating images {llama['alternating_s_per_caption'] * 1000:.1f} ms/caption (reused {llama['reused_prompt_tokens_alternating']:.0f}); "
+            f"speedup {llama['speedup']:.2f}x"
+        )
+    if args.json:
+        main_row = next((r for r in rows if r["k"] == 5), rows[-1])
+        print(json.dumps({**main_row, "device": where, "model": shape, "reps": args.reps, "rows": rows, "llamacpp": llama}, default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
