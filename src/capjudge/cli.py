@@ -113,6 +113,7 @@ def _make_judge(args: argparse.Namespace, method: Any) -> Any:
         system=system,
         images_root=args.images,
         batch_size=args.batch_size,
+        max_new_tokens=getattr(args, "max_new_tokens", None),
         backend_options=options,
     )
 
@@ -141,6 +142,7 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
     p.add_argument("--template", default=None, help="run the method with another registered template")
     p.add_argument("--template-file", default=None, help="run the method with your own Jinja template file (sandboxed)")
     p.add_argument("--system", default="auto", help="system turn: auto (paper default for local LLaVA), none, llava_v1, or your own sentence")
+    p.add_argument("--max-new-tokens", type=int, default=None, help="override the method's answer length (tokens)")
     p.add_argument("--batch-size", type=int, default=64, help="samples handed to the backend together (default 64)")
     p.add_argument("--backend-opt", action="append", metavar="KEY=VALUE", help="backend option, repeatable (device=cuda, dtype=float16, concurrency=16, ...)")
     p.add_argument("--cache-dir", default=None, help="response cache folder (default: $CAPJUDGE_CACHE_DIR or ~/.cache/capjudge)")
