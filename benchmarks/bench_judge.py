@@ -104,11 +104,12 @@ class PeakMemory:
 
 
 # ----------------------------------------------------------------------------- models
-def build_cpu_model(directory: Path, hidden: int, layers: int, heads: int) -> Path:
-    """The tiny judge-like LLaVA (576 image tokens) at the given text-model size."""
+def build_cpu_model(directory: Path, hidden: int, layers: int, heads: int, vocab: int) -> Path:
+    """The tiny judge-like LLaVA (576 image tokens) at the given text-model size; a vocabulary of
+    ~2000 gives prompt lengths close to LLaVA's own tokenizer (~140 text tokens, ~34 per caption)."""
     from capjudge.testing.tiny_llava import build_tiny_llava
 
-    return build_tiny_llava(directory, hidden_size=hidden, num_layers=layers, num_heads=heads)
+    return build_tiny_llava(directory, hidden_size=hidden, num_layers=layers, num_heads=heads, vocab_size=vocab)
 
 
 def build_7b_shapes(tokenizer_dir: Path, *, layers: int, vision_layers: int, dtype: Any, device: str) -> Any:
@@ -118,7 +119,13 @@ def build_7b_shapes(tokenizer_dir: Path, *, layers: int, vision_layers: int, dty
     Built on the CPU in ``dtype`` and moved; vocabulary rows past the tokenizer's never win the argmax.
     """
     import torch
-    from transformers import AutoTokenizer, CLIPVisionConfig, LlamaConfig, LlavaConfig, LlavaForConditionalGeneration
+    from transformers import (
+        AutoTokenizer,
+        CLIPVisionConfig,
+        LlamaConfig,
+        LlavaConfig,
+        LlavaForConditionalGeneration,
+    )
 
     from capjudge.testing import tiny_llava
 
@@ -152,6 +159,7 @@ def build_7b_shapes(tokenizer_dir: Path, *, layers: int, vision_layers: int, dty
     torch.manual_seed(0)
     model = LlavaForConditionalGeneration._from_config(config, dtype=torch.float32).eval()
     tiny_llava._make_judge_like(model, tok, 4096 // 32, 0)
+    make_answers_fleur_like(model, tok)
     with torch.no_grad():
         emb = model.model.language_model.embed_tokens.weight
         n_tok = len(tok)
@@ -161,6 +169,40 @@ def build_7b_shapes(tokenizer_dir: Path, *, layers: int, vision_layers: int, dty
         if len(const):
             w[n_tok:, int(const[0])] = -8.0
     return model.to(device=device, dtype=dtype)
+
+
+def make_answers_fleur_like(net: Any, tokenizer: Any, *, layer_scale: float = 0.1, mood_scale: float = 0.04, eos_boost: float = 0.3) -> None:
+    """Re-tune the judge-like test model so that, at benchmark sizes, it still answers ``0.x[y]``.
+
+    ``capjudge.testing.tiny_llava`` hand-sets a few weights so that its greedy answers look like
+    FLEUR answers; at hidden 512 / 8 layers the random layers and the caption/image "mood" drown
+    that signal and answers run to ``max_new_tokens``. Here the random layers' residual writes are
+    scaled down (not removed: every layer still computes), the output head reads only the
+    hand-set dimensions, the mood is scaled down and the end of sequence after a decimal made a
+    little likelier. Compute per token is unchanged; only the answers' length becomes realistic.
+    """
+    import torch
+
+    lm = net.model.language_model
+    heads = lm.config.num_attention_heads
+    hd = lm.config.hidden_size // heads
+    with torch.no_grad():
+        emb = lm.embed_tokens.weight
+        n_tok = len(tokenizer)
+        special = ((emb[:n_tok] == 0) | (emb[:n_tok] == 1)).all(0)  # the hand-set dimensions
+        for i, layer in enumerate(lm.layers):
+            layer.mlp.down_proj.weight.mul_(layer_scale)
+            o = layer.self_attn.o_proj.weight
+            if i == 0:  # the first 4 heads of layer 0 are hand-set
+                o[:, 4 * hd :].mul_(layer_scale)
+                mood = (o[:, hd : hd + 4] != 0).any(1)
+                o[mood, :] *= mood_scale
+            else:
+                o.mul_(layer_scale)
+        net.lm_head.weight[:, ~special] = 0.0
+        five = tokenizer.convert_tokens_to_ids("5")
+        cols = [j for j in special.nonzero().flatten().tolist() if emb[five, j] == 1 and not bool((emb[:n_tok, j] == 1).all())]
+        net.lm_head.weight[tokenizer.eos_token_id, cols] += eos_boost
 
 
 def attach(backend: Any, net: Any) -> None:
@@ -283,18 +325,19 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
     cuda = args.device.startswith("cuda")
     tmp = Path(tempfile.mkdtemp(prefix="capjudge-bench-"))
     if cuda:
-        model_dir = build_cpu_model(tmp / "tok", 64, 1, 4)  # processor and tokenizer only
+        model_dir = build_cpu_model(tmp / "tok", 64, 1, 4, args.vocab)  # processor and tokenizer only
         backend = HFBackend(str(model_dir), device=args.device, dtype="float16", prefix_reuse=True)
         t0 = time.perf_counter()
         attach(backend, build_7b_shapes(model_dir, layers=args.layers or 32, vision_layers=args.vision_layers or 24, dtype=torch.float16, device=args.device))
         print(f"built 7B-shaped model in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
     elif args.preset == "7b":  # the 7B code path on the CPU (smoke test; use --layers 2)
-        model_dir = build_cpu_model(tmp / "tok", 64, 1, 4)
+        model_dir = build_cpu_model(tmp / "tok", 64, 1, 4, args.vocab)
         backend = HFBackend(str(model_dir), device="cpu", prefix_reuse=True)
         attach(backend, build_7b_shapes(model_dir, layers=args.layers or 2, vision_layers=args.vision_layers or 2, dtype=torch.float32, device="cpu"))
     else:
-        model_dir = build_cpu_model(tmp / "tiny", args.hidden, args.layers or 8, args.heads)
+        model_dir = build_cpu_model(tmp / "tiny", args.hidden, args.layers or 8, args.heads, args.vocab)
         backend = HFBackend(str(model_dir), device="cpu", prefix_reuse=True)
+        make_answers_fleur_like(backend.net, backend.tokenizer)
     judge = Judge("fleur", backend, batch_size=max(args.k) * 2)
     max_new = judge.method.max_new_tokens
 
@@ -310,8 +353,8 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
         image = IMAGES[0]
         floor = Floor(backend, judge, image, caps)
         floor.batched()
-        t_ref = median_time(lambda: reference_style(backend, image, caps, max_new), args.reps, torch, cuda)
-        t_cj = median_time(lambda: capjudge(image, caps), args.reps, torch, cuda)
+        t_ref = median_time(lambda image=image, caps=caps: reference_style(backend, image, caps, max_new), args.reps, torch, cuda)
+        t_cj = median_time(lambda image=image, caps=caps: capjudge(image, caps), args.reps, torch, cuda)
         t_fb = median_time(floor.batched, args.reps, torch, cuda)
         t_f1 = median_time(floor.one_by_one, args.reps, torch, cuda) if k > 1 else t_fb
         t_floor = min(t_fb, t_f1)
@@ -369,7 +412,6 @@ def bench_llamacpp(args: argparse.Namespace) -> dict[str, Any] | None:
     be.generate([req(imgs[1], caps[0])])  # warm-up
 
     def same_image() -> list[Any]:
-        be.generate([req(imgs[1], caps[0])])  # the previous call was on another image
         return [be.generate([req(imgs[0], c)])[0] for c in caps]
 
     def alternating() -> list[Any]:
@@ -378,6 +420,7 @@ def bench_llamacpp(args: argparse.Namespace) -> dict[str, Any] | None:
     def per_caption(fn: Callable[[], list[Any]]) -> tuple[float, float]:
         times, reused = [], []
         for _ in range(args.reps):
+            be.generate([req(imgs[1], CAPTIONS[-1])])  # start from another image's cache
             t0 = time.perf_counter()
             outs = fn()
             times.append(time.perf_counter() - t0)
@@ -426,6 +469,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--hidden", type=int, default=512, help="tiny model: text hidden size")
     ap.add_argument("--layers", type=int, default=None, help="text layers (tiny default 8, 7b default 32)")
     ap.add_argument("--heads", type=int, default=8, help="tiny model: attention heads")
+    ap.add_argument("--vocab", type=int, default=2000, help="tokenizer vocabulary to train (2000: prompt lengths close to LLaVA's tokenizer; the tests use 600)")
     ap.add_argument("--vision-layers", type=int, default=None, help="7b preset: CLIP layers (default 24)")
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp measurement")
@@ -443,10 +487,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     llama = None if args.no_llamacpp else bench_llamacpp(args)
 
     where = machine(args.device)
-    shape = "LLaVA-1.5-7B shapes, random weights, float16" if args.preset == "7b" else f"tiny LLaVA, hidden {args.hidden}, {args.layers or 8} layers, {args.heads} heads, float32"
+    dtype = "float16" if args.device.startswith("cuda") else "float32"
+    shape = f"LLaVA-1.5-7B shapes ({args.layers or (32 if args.device.startswith('cuda') else 2)} layers), random weights, {dtype}" if args.preset == "7b" else f"tiny LLaVA, hidden {args.hidden}, {args.layers or 8} layers, {args.heads} heads, float32"
     print(f"\nFLEUR, 576 image tokens, {shape}; {where}; median of {args.reps}")
-    print("| K | reference s/caption (a) | capjudge s/caption (b) | floor s/caption (c) | a/b | b/c | peak MiB ref | peak MiB capjudge |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| K | reference s/caption (a) | capjudge s/caption (b) | floor s/caption (c) | a/b | b/c | peak MiB ref | peak MiB capjudge | smoothed |")
+    print("|---|---|---|---|---|---|---|---|---|")
 
     def mib(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.0f}"
@@ -454,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in rows:
         print(
             f"| {r['k']} | {r['reference_s_per_caption']:.3f} | {r['capjudge_s_per_caption']:.3f} | {r['floor_s_per_caption']:.3f} | "
-            f"{r['speedup_vs_reference']:.2f} | {r['ratio_to_floor']:.2f} | {mib(r['peak_mib_reference'])} | {mib(r['peak_mib_capjudge'])} |"
+            f"{r['speedup_vs_reference']:.2f} | {r['ratio_to_floor']:.2f} | {mib(r['peak_mib_reference'])} | {mib(r['peak_mib_capjudge'])} | {r['smoothed']} |"
         )
     if llama:
         print(

@@ -66,7 +66,7 @@ class HFBackend(Backend):
     chat_format:
         ``"llava"`` (LLaVA-1.5 conversation, see module doc) or ``"template"`` (processor's chat template).
     prefix_reuse:
-        Score the captions of one image from one shared prefix computation (see
+        Score the captions of one image from one shared prefix computation (default on; see
         :mod:`capjudge.backends.hf_prefix`); results equal independent decoding.
     """
 
@@ -81,7 +81,7 @@ class HFBackend(Backend):
         batch_size: int = 8,
         pad_square: bool = True,
         chat_format: str = "llava",
-        prefix_reuse: bool = False,
+        prefix_reuse: bool = True,
         local_files_only: bool | None = None,
         attn_implementation: str | None = None,
         trust_remote_code: bool = False,

@@ -71,10 +71,11 @@ class PrefixStats:
     rows: int = 0
     forwards: int = 0
     draft_tokens_accepted: int = 0
+    head_reused: int = 0
 
     def reset(self) -> None:
         """Set every counter to zero."""
-        self.groups = self.prefix_forwards = self.rows = self.forwards = self.draft_tokens_accepted = 0
+        self.groups = self.prefix_forwards = self.rows = self.forwards = self.draft_tokens_accepted = self.head_reused = 0
 
 
 @dataclass
@@ -136,6 +137,7 @@ class PrefixReuser:
         self.min_group = max(1, int(min_group))
         self.stats = PrefixStats()
         self.draft: tuple[int, ...] = ()
+        self._head_cache: tuple[tuple[int, ...], list[tuple[Any, Any]]] | None = None
         self._supported = self._model_supported()
 
     # ------------------------------------------------------------------ eligibility
@@ -239,18 +241,9 @@ class PrefixReuser:
         if p <= last_image:
             return None  # the image is not inside the shared prefix
         with torch.inference_mode():
-            prefix = torch.tensor([seqs[fits[0]][:p]], device=be.device)
-            out = be.net(
-                input_ids=prefix,
-                pixel_values=pixel_values,
-                attention_mask=torch.ones_like(prefix),
-                use_cache=True,
-                logits_to_keep=1,
-            )
-            cache = out.past_key_values
+            layers = self._prefix_cache(seqs[fits[0]][:p], pixel_values, seqs[fits[0]].index(image_id))
             self.stats.groups += 1
             self.stats.prefix_forwards += 1
-            layers = [(k, v) for k, v, *_ in cache]
             for start in range(0, len(fits), self.max_rows):
                 chunk = fits[start : start + self.max_rows]
                 rows = [
@@ -264,6 +257,43 @@ class PrefixReuser:
                     answers[row.index] = be.completion_from_ids(row.gen, logits, cfg, row.n_prompt)
                 self._learn_draft(rows)
         return answers  # type: ignore[return-value]
+
+    def _prefix_cache(self, prefix: list[int], pixel_values: Any, first_image: int) -> list[tuple[Any, Any]]:
+        """Per-layer (keys, values) of the shared prefix, batch 1.
+
+        The tokens before the image (system sentence, ``USER:``) are the same for every image of a
+        run: their keys and values are kept from the previous group and only the rest (image and
+        instructions) is computed. Causal attention makes this exact.
+        """
+        from transformers import DynamicCache
+
+        be = self.backend
+        torch = be._torch
+        dev = be.device
+        head = tuple(prefix[:first_image])
+        cache = None
+        start = 0
+        if head and self._head_cache is not None and self._head_cache[0] == head:
+            cache = DynamicCache(ddp_cache_data=self._head_cache[1], config=be.net.config)
+            start = len(head)
+            self.stats.head_reused += 1
+        elif head:
+            ids = torch.tensor([list(head)], device=dev)
+            out = be.net(input_ids=ids, attention_mask=torch.ones_like(ids), use_cache=True, logits_to_keep=1)
+            self._head_cache = (head, [(k, v) for k, v, *_ in out.past_key_values])
+            cache = DynamicCache(ddp_cache_data=self._head_cache[1], config=be.net.config)
+            start = len(head)
+        ids = torch.tensor([prefix[start:]], device=dev)
+        out = be.net(
+            input_ids=ids,
+            pixel_values=pixel_values,
+            attention_mask=torch.ones((1, len(prefix)), dtype=torch.long, device=dev),
+            position_ids=torch.arange(start, len(prefix), device=dev).unsqueeze(0),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
+        return [(k, v) for k, v, *_ in out.past_key_values]
 
     def _learn_draft(self, rows: Sequence[_Row]) -> None:
         """The longest start shared by more than half of the chunk's answers (end of sequence

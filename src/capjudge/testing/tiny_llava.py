@@ -111,6 +111,7 @@ def build_tiny_llava(
     vision_layers: int = 2,
     image_size: int = 336,
     patch_size: int = 14,
+    vocab_size: int = 600,
     judge_like: bool = True,
 ) -> Path:
     """Write a tiny random LLaVA-1.5 model and its processor to ``directory`` and return the path.
@@ -118,7 +119,9 @@ def build_tiny_llava(
     Load it with ``LlavaForConditionalGeneration.from_pretrained`` / ``AutoProcessor`` or through
     ``capjudge.load_backend("hf:<directory>")``. ``judge_like`` sets the few weights that make it
     answer ``0.xy`` (or ``xyzzy`` when the prompt contains that word); without it, all weights
-    are random. Larger sizes (e.g. ``hidden_size=512, num_layers=8``) are for benchmarks.
+    are random. Larger sizes (e.g. ``hidden_size=512, num_layers=8``) are for benchmarks; a larger
+    ``vocab_size`` (e.g. 2000) merges more of the prompt's words, giving prompt lengths close to
+    LLaVA's own tokenizer (the default 600 is for fast tests).
     """
     import torch
     from transformers import (
@@ -132,7 +135,7 @@ def build_tiny_llava(
 
     out = Path(directory)
     out.mkdir(parents=True, exist_ok=True)
-    tokenizer = build_tokenizer(seed)
+    tokenizer = build_tokenizer(seed, vocab_size)
     vocab = len(tokenizer)
     image_token_id = tokenizer.convert_tokens_to_ids("<image>")
     head_dim = hidden_size // num_heads

@@ -1,0 +1,172 @@
+"""Prefix reuse in the HF backend: grouped, prefix-shared decoding equals independent decoding."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("transformers")
+
+from capjudge import Judge, Sample  # noqa: E402
+from capjudge.backends.base import GenerationConfig, Message, Request  # noqa: E402
+from capjudge.backends.hf import HFBackend  # noqa: E402
+from capjudge.images import load_image  # noqa: E402
+from capjudge.prompts import LLAVA_V1_SYSTEM, get_template  # noqa: E402
+
+pytestmark = pytest.mark.hf
+
+CAPTIONS = [
+    "a cat.",
+    "an orange cat and a grey cat are lying together on a white bed in the room.",
+    "three horses run across a snowy field.",
+    "a dog xyzzy on the grass.",  # the tiny model answers "xyzzy": no number
+    "two dogs are playing with a red ball in the park while a man is walking behind them.",
+]
+# float32, different summation order (prefix + suffix forwards vs one forward): log-probabilities
+# agree to ~2e-5 on this model, whose logits are large (tens).
+LP_TOL = 1e-4
+REFS = ("two cats sleeping on a bed.", "a dog on the grass.")
+
+
+@pytest.fixture(scope="module")
+def fast(tiny_llava_dir: Path):
+    """Prefix reuse on (the default)."""
+    backend = HFBackend(str(tiny_llava_dir), batch_size=4)
+    assert backend.prefix_reuse
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def slow(tiny_llava_dir: Path):
+    """Prefix reuse off: the plain ``generate`` path."""
+    backend = HFBackend(str(tiny_llava_dir), batch_size=4, prefix_reuse=False)
+    yield backend
+    backend.close()
+
+
+def _samples(example_images: list[Path]) -> list[Sample]:
+    samples = [Sample(img, c, references=REFS, id=f"{j}-{i}") for j, img in enumerate(example_images) for i, c in enumerate(CAPTIONS)]
+    random.Random(3).shuffle(samples)  # the two images' captions interleaved
+    return samples
+
+
+class _Counter:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, *args: object) -> None:
+        self.calls += 1
+
+
+@pytest.mark.parametrize("method", ["fleur", "ref-fleur", "vanilla"])
+def test_grouped_equals_independent_scoring(fast, slow, example_images, method: str) -> None:
+    samples = _samples(example_images)
+    counter = _Counter()
+    hook = fast.net.model.vision_tower.register_forward_hook(counter)
+    fast.prefix_stats.reset()
+    try:
+        grouped = list(Judge(method, fast).score_many(samples))
+    finally:
+        hook.remove()
+    independent = [Judge(method, slow).score(s) for s in samples]  # one request at a time
+
+    assert [r.id for r in grouped] == [s.id for s in samples]  # input order
+    assert counter.calls == 2 and fast.prefix_stats.prefix_forwards == 2  # one prefix per image
+    assert fast.prefix_stats.rows == len(samples)
+    for g, i in zip(grouped, independent):
+        assert (g.status, g.raw, g.smoothed) == (i.status, i.raw, i.smoothed), g.id
+        assert g.details.get("usage") == i.details.get("usage")
+        if i.score is None:
+            assert g.score is None
+        else:
+            assert g.score == pytest.approx(i.score, abs=1e-5)
+        if "digit_probs" in i.details:
+            for key in ("first", "second", "units"):
+                a, b = g.details["digit_probs"][key], i.details["digit_probs"][key]
+                assert (a is None) == (b is None)
+                if a is not None:
+                    assert a == pytest.approx(b, rel=LP_TOL, abs=1e-6)
+    xyzzy = [r for r in grouped if "xyzzy" in r.caption]
+    assert xyzzy and all(r.raw == "xyzzy" and r.status == "error" for r in xyzzy)
+    if method != "vanilla":
+        assert sum(r.smoothed for r in grouped) >= 6
+
+
+def _fleur_request(img, caption: str, top: int = 5, max_new: int = 16) -> Request:
+    prompt = get_template("fleur").render(caption=caption)
+    return Request((Message("system", LLAVA_V1_SYSTEM), Message("user", prompt, images=(img,))), GenerationConfig(max_new_tokens=max_new, top_logprobs=top))
+
+
+def _assert_same_completion(a, b) -> None:
+    assert a.text == b.text and a.finish_reason == b.finish_reason
+    assert a.usage.prompt_tokens == b.usage.prompt_tokens and a.usage.completion_tokens == b.usage.completion_tokens
+    assert [s.token for s in a.steps] == [s.token for s in b.steps]
+    for x, y in zip(a.steps, b.steps):
+        assert [t for t, _ in x.top] == [t for t, _ in y.top]
+        assert [lp for _, lp in x.top] == pytest.approx([lp for _, lp in y.top], abs=LP_TOL)
+        assert x.logprob == pytest.approx(y.logprob, abs=LP_TOL)
+        assert x.digits == pytest.approx(y.digits, abs=LP_TOL)
+
+
+@pytest.mark.parametrize("draft", ["learned", "wrong", "none"])
+def test_token_steps_equal_with_any_answer_draft(fast, slow, example_images, draft: str) -> None:
+    imgs = [load_image(p) for p in example_images]
+    reqs = [_fleur_request(imgs[i % 2], c) for i, c in enumerate(CAPTIONS * 2)]
+    reqs.append(_fleur_request(imgs[0], CAPTIONS[1], top=0, max_new=2))  # no log-probs, cut by length
+    if draft == "wrong":  # a draft the model never follows: rejected at its first token
+        fast._prefix.draft = tuple(fast.tokenizer.encode("1.9", add_special_tokens=False))
+    elif draft == "none":
+        fast._prefix.draft = ()
+    fast.prefix_stats.reset()
+    grouped = fast.generate(reqs)
+    if draft == "learned":
+        assert fast.prefix_stats.draft_tokens_accepted > 0
+    assert fast.prefix_stats.prefix_forwards == 2
+    for req, g in zip(reqs, grouped):
+        _assert_same_completion(g, slow.generate_one(req))
+    assert grouped[-1].finish_reason == "length" and not grouped[-1].steps
+
+
+def test_large_groups_are_chunked_from_one_prefix(fast, slow, example_images) -> None:
+    img = load_image(example_images[0])
+    reqs = [_fleur_request(img, f"{c} number {k}") for k, c in enumerate(CAPTIONS)]
+    old = fast._prefix.max_rows
+    fast._prefix.max_rows = 2
+    fast.prefix_stats.reset()
+    try:
+        grouped = fast.generate(reqs)
+    finally:
+        fast._prefix.max_rows = old
+    assert fast.prefix_stats.prefix_forwards == 1 and fast.prefix_stats.rows == len(reqs)
+    for req, g in zip(reqs, grouped):
+        _assert_same_completion(g, slow.generate_one(req))
+
+
+def test_requests_outside_the_fast_path_use_plain_generate(fast, slow, example_images) -> None:
+    a, b = (load_image(p) for p in example_images)
+    single = _fleur_request(a, CAPTIONS[0])  # the only request of its image
+    sampled = Request(_fleur_request(b, CAPTIONS[1]).messages, GenerationConfig(max_new_tokens=4, temperature=0.7, seed=1))
+    multi_turn = Request((Message("user", "Rate it.", images=(b,)), Message("assistant", "0.5"), Message("user", "Why?")), GenerationConfig(max_new_tokens=4))
+    greedy_b = _fleur_request(b, CAPTIONS[2])
+    reqs = [single, sampled, multi_turn, greedy_b]
+    fast.prefix_stats.reset()
+    out = fast.generate(reqs)
+    assert fast.prefix_stats.rows == 0  # nothing here is a group of two greedy single-image requests
+    for req, o in zip([single, multi_turn, greedy_b], [out[0], out[2], out[3]]):
+        _assert_same_completion(o, slow.generate_one(req))
+    assert not isinstance(out[1], BaseException)
+
+
+def test_context_overflow_stays_a_per_request_error(fast, example_images) -> None:
+    from capjudge.backends.base import ContextLengthError
+
+    img = load_image(example_images[0])
+    ok = _fleur_request(img, CAPTIONS[0])
+    too_long = _fleur_request(img, "cat " * 5000)
+    out = fast.generate([ok, too_long, _fleur_request(img, CAPTIONS[2])])
+    assert not isinstance(out[0], BaseException) and not isinstance(out[2], BaseException)
+    assert isinstance(out[1], ContextLengthError)
