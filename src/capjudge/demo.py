@@ -26,11 +26,15 @@ def examples_dir() -> Path:
 
 
 def tiny_model_dir() -> Path:
-    """Where the demo keeps its tiny model (built once, reused)."""
+    """Where the demo keeps its tiny model: built once per version of the builder, then reused."""
+    import hashlib
     import os
 
+    import capjudge.testing.tiny_llava as builder
+
+    version = hashlib.sha256(Path(builder.__file__).read_bytes()).hexdigest()[:10]
     base = Path(os.environ.get("CAPJUDGE_HOME", Path.home() / ".cache" / "capjudge"))
-    return base / "tiny-llava-demo-v1"
+    return base / f"tiny-llava-demo-{version}"
 
 
 def _ensure_tiny_model() -> Path:
