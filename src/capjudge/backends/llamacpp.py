@@ -1,6 +1,7 @@
 """llama.cpp backend: LLaVA-1.5 GGUF models (and their CLIP projector, ``mmproj``) in-process.
 
-Spec: ``llamacpp:<model.gguf>?mmproj=<mmproj.gguf>&n_ctx=2048&n_threads=8&n_gpu_layers=0&seed=0``.
+Spec: ``llamacpp:<model.gguf>?mmproj=<mmproj.gguf>&n_ctx=2048&n_threads=8&n_gpu_layers=0&seed=0``
+(also ``n_batch``, ``prompt_block``, ``verbose``).
 
 The model and projector are loaded with ``llama-cpp-python`` (``Llama`` and the libmtmd-based
 ``Llava15ChatHandler``); the backend then drives llama.cpp itself rather than going through
@@ -12,10 +13,14 @@ The model and projector are loaded with ``llama-cpp-python`` (``Llama`` and the 
 * log-probabilities come straight from the logits under the full softmax: the chosen token, the
   top-k alternatives (a list, so tokens that decode to the same text do not overwrite each other)
   and the exact log-probabilities of the ten digit tokens ``"0"``..``"9"`` (FLEUR smoothing);
-* the KV cache is kept between requests and whole leading chunks of the prompt (system text, the
-  image) are reused when the next request starts with the same ones, so judging K captions of one
-  image encodes and evaluates the image once. Reuse is at chunk granularity, so a reused prompt is
-  evaluated with exactly the same batches as a fresh one and results do not depend on request order.
+* the KV cache is kept between requests and the prompt's longest common prefix with the cached one
+  is reused: whole leading chunks (system text, the image) and then, inside the first text chunk
+  that differs, the longest common token prefix rounded down to a block of ``prompt_block`` tokens
+  (default 16). Judging K captions of one image therefore encodes and evaluates the image and the
+  instructions up to the caption once; an image already in the cache is not even decoded again.
+  Text is always evaluated in the same fixed blocks (counted from the start of its chunk), so a
+  reused prompt runs through exactly the batches of a fresh one and results are bit-identical
+  whatever ran before (llama.cpp's kernels round differently for different batch sizes).
 
 Images are decoded by llama.cpp (``stb_image``; formats it cannot read fall back to Pillow) and
 preprocessed by ``clip.cpp`` as llama.cpp does for LLaVA-1.5 (pad to square, resize, normalise).
@@ -53,6 +58,7 @@ __all__ = ["LlamaCppBackend", "ProjectorMismatchError", "from_spec", "render_lla
 
 DEFAULT_N_CTX = 2048  # LLaVA-1.5 was trained at 2048; 576 image tokens + prompt + answer fit
 MAX_TOP_LOGPROBS = 100
+DEFAULT_PROMPT_BLOCK = 16  # tokens; see LlamaCppBackend._decode_blocks
 _DIGEST_BYTES = 1 << 20
 _UNNAMED = itertools.count()
 
@@ -143,6 +149,8 @@ class LlamaCppBackend(Backend):
     """A LLaVA-1.5 GGUF model run in-process by llama.cpp (see the module docstring).
 
     ``mmproj`` may be ``None`` for text-only use; requests with images then fail with a clear error.
+    ``prompt_block``: text is evaluated, and reused from the KV cache, in blocks of this many tokens
+    (at most ``n_batch``); ``<= 0`` evaluates whole batches and reuses only whole prompt chunks.
     """
 
     kind = "llamacpp"
@@ -156,6 +164,7 @@ class LlamaCppBackend(Backend):
         n_threads: int | None = None,
         n_gpu_layers: int = 0,
         n_batch: int = 512,
+        prompt_block: int = DEFAULT_PROMPT_BLOCK,
         seed: int = 0,
         verbose: bool = False,
         spec: str = "",
@@ -186,6 +195,8 @@ class LlamaCppBackend(Backend):
         self.model = self.model_path.stem
         self._lock = threading.Lock()
         self._kv: list[_Chunk] = []
+        # text is evaluated (and reused) in blocks of this many tokens; <= 0: whole batches
+        self._block = max(1, min(int(prompt_block), int(n_batch))) if prompt_block > 0 else max(1, int(n_batch))
 
         if not verbose:  # libmtmd logs through its own callbacks; route them to llama-cpp-python's
             from llama_cpp._logger import llama_log_callback
@@ -247,6 +258,8 @@ class LlamaCppBackend(Backend):
             "prompt_format": "llava_v1",
             "decoding": "argmax",
             "seed": self.seed,
+            # Text is evaluated in blocks of this size; another size changes logits at ~1e-7.
+            "prompt_block": self._block,
         }
 
     # -- vocabulary ---------------------------------------------------------------------------
@@ -319,17 +332,61 @@ class LlamaCppBackend(Backend):
         m.mtmd_bitmap_set_id(bitmap, image.sha256.encode())
         return bitmap
 
-    def _tokenize(self, request: Request) -> tuple[list[_Chunk], Any, list[Any]]:
-        """mtmd chunks of the rendered prompt; the caller frees chunks and bitmaps."""
+    def _placeholder(self, image: LoadedImage) -> Any:
+        """A 1x1 bitmap carrying ``image``'s id: tokenizes to the same chunks when the image's
+        token count does not depend on its size (LLaVA-1.5), without decoding or resizing it."""
         m = self._mtmd
+        bitmap = m.mtmd_bitmap_init(1, 1, (ctypes.c_uint8 * 3)())
+        if bitmap is None:  # pragma: no cover - allocation failure
+            raise BackendError("llama.cpp could not allocate an image bitmap")
+        m.mtmd_bitmap_set_id(bitmap, image.sha256.encode())
+        return bitmap
+
+    def _tokenize(self, request: Request) -> tuple[list[_Chunk], Any, list[Any]]:
+        """mtmd chunks of the rendered prompt; the caller frees chunks and bitmaps.
+
+        When every image of the request is already evaluated in the KV cache, the prompt is first
+        tokenized with placeholder bitmaps (decoding and preprocessing a large image costs more
+        than evaluating a caption on small models); that is kept only if all chunks up to the last
+        image then match the cache, so the placeholders are never evaluated.
+        """
         images = request.images
         if images and self._handler is None:
             raise BackendError("this llama.cpp backend was loaded without a projector: add ?mmproj=<mmproj.gguf> to the spec")
         if self._handler is None:
             tokens = self._llm.tokenize(render_llava_v1(request.messages, self._marker).encode(), add_bos=True, special=True)
             return [_Chunk(("text", tuple(tokens)), len(tokens))], tokens, []
-        bitmaps = [self._bitmap(img) for img in images]
         text = render_llava_v1(request.messages, self._marker).encode("utf-8")
+        cached = {c.key[1] for c in self._kv if c.key[0] == "media"}
+        if images and all(img.sha256.encode() in cached for img in images):
+            try:
+                out, chunks, bitmaps = self._mtmd_tokenize(text, [self._placeholder(img) for img in images])
+            except BackendError:  # a projector that refuses a 1x1 image: tokenize the real ones
+                out, chunks, bitmaps = [], None, []
+            media = [i for i, c in enumerate(out) if c.key[0] == "media"]
+            n = media[-1] + 1 if media else 0
+            # the prompt goes on after the images (the last chunk is always evaluated)
+            if media and n < len(out) and [c.key for c in out[:n]] == [c.key for c in self._kv[:n]]:
+                return out, chunks, bitmaps
+            self._free(chunks, bitmaps)
+        bitmaps: list[Any] = []
+        try:
+            for img in images:
+                bitmaps.append(self._bitmap(img))
+        except BaseException:
+            self._free(None, bitmaps)
+            raise
+        return self._mtmd_tokenize(text, bitmaps)
+
+    def _free(self, mt_chunks: Any, bitmaps: list[Any]) -> None:
+        if mt_chunks is not None and not isinstance(mt_chunks, list):
+            self._mtmd.mtmd_input_chunks_free(mt_chunks)
+        for b in bitmaps:
+            self._mtmd.mtmd_bitmap_free(b)
+
+    def _mtmd_tokenize(self, text: bytes, bitmaps: list[Any]) -> tuple[list[_Chunk], Any, list[Any]]:
+        """Tokenize ``text`` with its images through libmtmd; frees everything if that fails."""
+        m = self._mtmd
         inp = m.mtmd_input_text()
         inp.text = text
         inp.text_len = len(text)
@@ -339,9 +396,7 @@ class LlamaCppBackend(Backend):
         arr = (m.mtmd_bitmap_p_ctypes * max(1, len(bitmaps)))(*bitmaps)
         rc = m.mtmd_tokenize(self._handler.mtmd_ctx, chunks, ctypes.byref(inp), arr, len(bitmaps))
         if rc != 0:
-            m.mtmd_input_chunks_free(chunks)
-            for b in bitmaps:
-                m.mtmd_bitmap_free(b)
+            self._free(chunks, bitmaps)
             raise BackendError(f"llama.cpp could not tokenize the prompt with its {len(bitmaps)} image(s) (mtmd_tokenize returned {rc})")
         out: list[_Chunk] = []
         for i in range(m.mtmd_input_chunks_size(chunks)):
@@ -357,19 +412,35 @@ class LlamaCppBackend(Backend):
         return out, chunks, bitmaps
 
     def _evaluate_prompt(self, chunks: list[_Chunk], mt_chunks: Any) -> int:
-        """Bring the KV cache to the prompt; returns how many positions were reused."""
+        """Bring the KV cache to the prompt; returns how many positions were reused.
+
+        Whole leading chunks that match the cache are kept; in the first chunk that differs, a text
+        chunk keeps the whole blocks of its longest common token prefix with the cached one. The
+        last block of the prompt is always evaluated (its logits start the answer).
+        """
         llama_cpp, m = self._llama_cpp, self._mtmd
         keep = 0
         while keep < len(chunks) - 1 and keep < len(self._kv) and self._kv[keep].key == chunks[keep].key:
             keep += 1
         reused = sum(c.n_pos for c in chunks[:keep])
-        self._llm._ctx.kv_cache_seq_rm(0, reused, -1)
+        offset = 0  # tokens of chunk `keep` that stay in the cache
+        if keep < len(self._kv) and chunks[keep].key[0] == "text" and self._kv[keep].key[0] == "text":
+            new, old = chunks[keep].key[1], self._kv[keep].key[1]
+            limit = min(len(old), len(new) - 1 if keep == len(chunks) - 1 else len(new))
+            common = next((j for j in range(limit) if new[j] != old[j]), limit)
+            offset = common - common % self._block
+        if not self._llm._ctx.kv_cache_seq_rm(0, reused + offset, -1):  # pragma: no cover - recurrent models
+            self._llm._ctx.kv_cache_clear()
+            keep, reused, offset = 0, 0, 0
         self._kv = list(chunks[:keep])
+        reused += offset
         n_past = reused
         for i in range(keep, len(chunks)):
             last = i == len(chunks) - 1
-            if isinstance(mt_chunks, list):  # text-only backend: one chunk of tokens
-                self._decode(list(chunks[i].key[1]), n_past)
+            if chunks[i].key[0] == "text":
+                tokens = chunks[i].key[1]
+                start = offset if i == keep else 0
+                self._decode_blocks(list(tokens[start:]), n_past, start)
             else:
                 out = llama_cpp.llama_pos(n_past)
                 rc = m.mtmd_helper_eval_chunk_single(
@@ -379,9 +450,23 @@ class LlamaCppBackend(Backend):
                 if rc != 0:
                     raise BackendError(f"llama.cpp failed to evaluate prompt chunk {i} (error {rc})")
             # Not the helper's new_n_past: for text chunks it counts from its initial value.
-            n_past += chunks[i].n_pos
+            n_past += chunks[i].n_pos - (offset if i == keep else 0)
             self._kv.append(chunks[i])
         return reused
+
+    def _decode_blocks(self, tokens: list[int], n_past: int, start: int) -> None:
+        """Evaluate text tokens ``start..`` of a chunk in the chunk's fixed blocks.
+
+        Blocks start at multiples of ``self._block`` from the chunk's first token whatever is in
+        the cache, so a prompt whose start was reused is evaluated in exactly the batches of a
+        fresh one: llama.cpp's kernels may round differently for different batch sizes, and the
+        answer must not depend on what ran before.
+        """
+        pos = 0
+        while pos < len(tokens):
+            end = pos + self._block - (start + pos) % self._block
+            self._decode(tokens[pos:end], n_past + pos)
+            pos = end
 
     def _decode(self, tokens: list[int], n_past: int) -> None:
         llm = self._llm
@@ -416,10 +501,7 @@ class LlamaCppBackend(Backend):
                 self._llm._ctx.kv_cache_clear()
                 raise
         finally:
-            if not isinstance(mt_chunks, list):
-                self._mtmd.mtmd_input_chunks_free(mt_chunks)
-            for b in bitmaps:
-                self._mtmd.mtmd_bitmap_free(b)
+            self._free(mt_chunks, bitmaps)
         try:
             return self._generate_tokens(request, n_prompt, reused)
         except BaseException:
@@ -529,13 +611,16 @@ def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
     """Build the backend from a parsed ``llamacpp:<model.gguf>?mmproj=...`` spec.
 
     Options (spec query or keyword): ``mmproj``, ``n_ctx`` (default 2048), ``n_threads``,
-    ``n_gpu_layers`` (default 0; -1 offloads all), ``n_batch`` (512), ``seed`` (0), ``verbose``.
+    ``n_gpu_layers`` (default 0; -1 offloads all), ``n_batch`` (512), ``prompt_block`` (16: text is
+    evaluated and reused in blocks of this many tokens; 0 evaluates whole batches, reusing only
+    whole chunks), ``seed`` (0), ``verbose``.
     """
-    known = {"mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "seed", "verbose", "clip_model_path"}
+    known = {"mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "prompt_block", "seed", "verbose", "clip_model_path"}
     unknown = sorted(set(options) - known)
     if unknown:
         raise BackendError(f"unknown llamacpp option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     mmproj = options.get("mmproj") or options.get("clip_model_path")
+    block = _opt_int(options.get("prompt_block"), "prompt_block")
     return LlamaCppBackend(
         spec.target,
         mmproj or None,
@@ -543,6 +628,7 @@ def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
         n_threads=_opt_int(options.get("n_threads"), "n_threads"),
         n_gpu_layers=_opt_int(options.get("n_gpu_layers"), "n_gpu_layers") or 0,
         n_batch=_opt_int(options.get("n_batch"), "n_batch") or 512,
+        prompt_block=DEFAULT_PROMPT_BLOCK if block is None else block,
         seed=_opt_int(options.get("seed"), "seed") or 0,
         verbose=_opt_bool(options.get("verbose", False)),
         spec=getattr(spec, "raw", "") or "",
