@@ -35,6 +35,7 @@ from capjudge.backends.base import (
     TokenStep,
     Usage,
 )
+from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.registry import BackendSpec
 from capjudge.images import pad_to_square
 
@@ -211,16 +212,7 @@ class HFBackend(Backend):
                 content.append({"type": "text", "text": m.content})
                 conv.append({"role": m.role, "content": content})
             return self.processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
-        eos = self.tokenizer.eos_token or "</s>"
-        parts: list[str] = []
-        for m in messages:
-            if m.role == "system":
-                parts.append(m.content.strip() + " ")
-            elif m.role == "user":
-                parts.append("USER: " + "<image>\n" * len(m.images) + m.content + " ")
-            else:
-                parts.append("ASSISTANT: " + m.content + eos)
-        return "".join(parts) + "ASSISTANT:"
+        return render_llava_v1(messages, "<image>", self.tokenizer.eos_token or "</s>")
 
     def prepare_image(self, request_image: Any) -> Any:
         """The PIL image the processor receives (padded to a square with the mean colour)."""

@@ -47,11 +47,11 @@ from capjudge.backends.base import (
     Capabilities,
     Completion,
     ContextLengthError,
-    Message,
     Request,
     TokenStep,
     Usage,
 )
+from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.images import LoadedImage
 
 __all__ = ["LlamaCppBackend", "ProjectorMismatchError", "from_spec", "render_llava_v1"]
@@ -65,30 +65,6 @@ _UNNAMED = itertools.count()
 
 class ProjectorMismatchError(BackendError):
     """The mmproj file does not belong to the text model (its output width differs)."""
-
-
-def render_llava_v1(messages: Sequence[Message], image_marker: str) -> str:
-    """The prompt text of LLaVA's ``llava_v1`` conversation, with ``image_marker`` per image.
-
-    ``SYSTEM USER: <image>\\n{prompt} ASSISTANT:``; assistant turns end with ``</s>``, user turns
-    with a space; images come first in their message, each followed by a newline. Without a system
-    message the prompt starts at ``USER:``. A final assistant message is continued, not closed.
-    """
-    system = " ".join(m.content for m in messages if m.role == "system" and m.content)
-    out = system + " " if system else ""
-    turns = [m for m in messages if m.role != "system"]
-    safe_marker = image_marker.replace("<", "< ")
-    for i, m in enumerate(turns):
-        text = m.content.replace(image_marker, safe_marker)
-        if m.role == "user":
-            out += "USER: " + "".join(image_marker + "\n" for _ in m.images) + text + " "
-        elif i == len(turns) - 1:
-            out += "ASSISTANT: " + text
-        else:
-            out += "ASSISTANT: " + text + "</s>"
-    if not turns or turns[-1].role != "assistant":
-        out += "ASSISTANT:"
-    return out
 
 
 def _file_digest(path: Path) -> str:
