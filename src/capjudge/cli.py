@@ -83,7 +83,9 @@ def _method_with_template(method_name: str, template: str | None, template_file:
 
 
 def _make_judge(args: argparse.Namespace, method: Any) -> Any:
+    from capjudge.backends.registry import UnknownBackendError
     from capjudge.judges.judge import Judge
+    from capjudge.prompts.registry import TemplateError, UnknownMethodError
 
     cache_dir = None
     if not getattr(args, "no_cache", False):
@@ -106,16 +108,24 @@ def _make_judge(args: argparse.Namespace, method: Any) -> Any:
         if args.backend.split(":", 1)[0].lower() not in API_KINDS:
             raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in api_flags)} apply to API backends only")
         options.update(api_flags)
-    return Judge(
-        method,
-        args.backend,
-        cache_dir=cache_dir,
-        system=system,
-        images_root=args.images,
-        batch_size=args.batch_size,
-        max_new_tokens=getattr(args, "max_new_tokens", None),
-        backend_options=options,
-    )
+    try:
+        judge = Judge(
+            method,
+            args.backend,
+            cache_dir=cache_dir,
+            system=system,
+            images_root=args.images,
+            batch_size=args.batch_size,
+            max_new_tokens=getattr(args, "max_new_tokens", None),
+            backend_options=options,
+        )
+    except ValueError as exc:
+        # Bad option values (a concurrency of 0, an unknown price, ...) are usage errors; the
+        # subclasses that name an unknown method or backend are reported as they are.
+        if isinstance(exc, (UnknownMethodError, UnknownBackendError, TemplateError)):
+            raise
+        raise UsageError(f"cannot build the judge: {exc}") from exc
+    return judge
 
 
 def _usage_rows(judge: Any) -> list[tuple[str, str]]:
@@ -173,16 +183,17 @@ def _cmd_score(args: argparse.Namespace) -> int:
     from capjudge.types import ScoreResult
 
     method = _method_with_template(args.method, args.template, args.template_file)
+    if method.kind == "pairwise":
+        raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
     rows = list(read_samples(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
-    judge = _make_judge(args, method)
     good = [r for r in rows if not isinstance(r, BadRow)]
     n_ok = n_err = n_cached = 0
     total = 0.0
     t0 = time.perf_counter()
-    scored = iter(judge.score_many(good))
-    with ResultWriter(args.out) as out:
+    with _make_judge(args, method) as judge, ResultWriter(args.out) as out:
+        scored = iter(judge.score_many(good))
         for row in _progress(rows, len(rows), f"{method.name} on {judge.backend_spec}", args.quiet):
             if isinstance(row, BadRow):
                 res = ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=str(row.line))
@@ -195,8 +206,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
             else:
                 n_err += 1
             n_cached += bool(res.details.get("cached"))
-    elapsed = time.perf_counter() - t0
-    judge.close()
+        usage = _usage_rows(judge)
     if not args.quiet:
         con = _console(stderr=False)
         rows_out = [
@@ -206,9 +216,9 @@ def _cmd_score(args: argparse.Namespace) -> int:
             ("failed", str(n_err)),
             ("cache hits", str(n_cached)),
             ("mean score", f"{total / n_ok:.4g}" if n_ok else "-"),
-            ("seconds", f"{elapsed:.1f}"),
+            ("seconds", f"{time.perf_counter() - t0:.1f}"),
             ("results", str(args.out)),
-            *_usage_rows(judge),
+            *usage,
         ]
         con.print(_summary_table("capjudge score", rows_out))
         if n_err:
@@ -222,16 +232,18 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     from capjudge.types import PairResult
 
     method = _method_with_template(args.method, args.template, args.template_file)
+    mode = args.mode if args.mode != "auto" else None
+    if mode == "grading" and method.kind != "score":
+        raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
     rows = list(read_pairs(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
-    judge = _make_judge(args, method)
-    mode = args.mode if args.mode != "auto" else None
     good = [r for r in rows if not isinstance(r, BadRow)]
     counts = {"A": 0, "B": 0, "tie": 0, "error": 0}
+    n_cached = 0
     t0 = time.perf_counter()
-    results = iter(judge.compare_many(good, mode=mode))
-    with ResultWriter(args.out) as out:
+    with _make_judge(args, method) as judge, ResultWriter(args.out) as out:
+        results = iter(judge.compare_many(good, mode=mode))
         for row in _progress(rows, len(rows), f"compare with {method.name}", args.quiet):
             if isinstance(row, BadRow):
                 res = PairResult(image="", caption_a="", caption_b="", verdict=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash="", status="error", error=row.error, id=str(row.line))
@@ -239,12 +251,25 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 res = next(results)
             out.write(res)
             counts[res.verdict if res.ok and res.verdict else "error"] += 1
-    judge.close()
+            cached = res.details.get("cached")
+            n_cached += all(cached) if isinstance(cached, list) and cached else bool(cached)
+        usage = _usage_rows(judge)
     if not args.quiet:
         _console(stderr=False).print(
             _summary_table(
                 "capjudge compare",
-                [("method", method.name), ("backend", judge.backend_spec), ("A better", str(counts["A"])), ("B better", str(counts["B"])), ("tie", str(counts["tie"])), ("failed", str(counts["error"])), ("seconds", f"{time.perf_counter() - t0:.1f}"), ("results", str(args.out)), *_usage_rows(judge)],
+                [
+                    ("method", method.name),
+                    ("backend", judge.backend_spec),
+                    ("A better", str(counts["A"])),
+                    ("B better", str(counts["B"])),
+                    ("tie", str(counts["tie"])),
+                    ("failed", str(counts["error"])),
+                    ("cache hits", str(n_cached)),
+                    ("seconds", f"{time.perf_counter() - t0:.1f}"),
+                    ("results", str(args.out)),
+                    *usage,
+                ],
             )
         )
     return EXIT_OK
@@ -253,38 +278,42 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 # -------------------------------------------------------------------------------------- explain
 def _cmd_explain(args: argparse.Namespace) -> int:
     import json
+    from contextlib import nullcontext
 
     from capjudge.io import BadRow, ResultWriter, read_samples
+    from capjudge.types import ScoreResult
 
     method = _method_with_template(args.method, args.template, args.template_file)
-    judge = _make_judge(args, method)
+    if method.kind != "score":
+        raise UsageError(f"explain needs a scoring method, not {method.name!r}")
+    rows: list[Any]
     if args.input:
-        rows = [r for r in read_samples(args.input) if not isinstance(r, BadRow)]
+        rows = list(read_samples(args.input))
     elif args.image and args.caption:
         rows = [{"image": args.image, "caption": args.caption, "references": args.reference or [], "id": "0"}]
     else:
         raise UsageError("give --image and --caption, or --input FILE")
     if args.limit is not None:
         rows = rows[: args.limit]
-    writer = ResultWriter(args.out) if args.out else None
     con = _console(stderr=False)
-    for row in rows:
-        res = judge.explain(row)
-        if writer:
-            writer.write(res)
-        if args.json:
-            print(json.dumps(res.to_dict(), ensure_ascii=False, default=float))
-        else:
-            con.print(f"[bold]{res.image}[/bold]  {res.caption!r}")
-            if res.ok:
-                kind = "smoothed" if res.smoothed else "raw"
-                con.print(f"  score ({kind}): {res.score:.4g}")
-                con.print(f"  why: {res.explanation or res.details.get('explanation_error', '-')}")
+    with _make_judge(args, method) as judge, (ResultWriter(args.out) if args.out else nullcontext()) as writer:
+        for row in rows:
+            if isinstance(row, BadRow):
+                res = ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=str(row.line))
             else:
-                con.print(f"  [red]error:[/red] {res.error}")
-    if writer:
-        writer.close()
-    judge.close()
+                res = judge.explain(row)
+            if writer is not None:
+                writer.write(res)
+            if args.json:
+                print(json.dumps(res.to_dict(), ensure_ascii=False, default=float))
+            else:
+                con.print(f"[bold]{res.image}[/bold]  {res.caption!r}")
+                if res.ok:
+                    kind = "smoothed" if res.smoothed else "raw"
+                    con.print(f"  score ({kind}): {res.score:.4g}")
+                    con.print(f"  why: {res.explanation or res.details.get('explanation_error', '-')}")
+                else:
+                    con.print(f"  [red]error:[/red] {res.error}")
     return EXIT_OK
 
 

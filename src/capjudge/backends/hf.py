@@ -36,17 +36,11 @@ from capjudge.backends.base import (
     Usage,
 )
 from capjudge.backends.llava_prompt import render_llava_v1
+from capjudge.backends.options import as_bool, as_int
 from capjudge.backends.registry import BackendSpec
 from capjudge.images import pad_to_square
 
 log = logging.getLogger(__name__)
-
-_TRUE = {"1", "true", "yes", "on"}
-
-
-def _as_bool(v: Any) -> bool:
-    return v if isinstance(v, bool) else str(v).strip().lower() in _TRUE
-
 
 class HFBackend(Backend):
     """A LLaVA-style model run with HF transformers.
@@ -104,13 +98,13 @@ class HFBackend(Backend):
             raise BackendError(f"unknown dtype {dtype!r} (use float16, bfloat16 or float32)")
         self.dtype_name = str(dtype)
         self.batch_size = max(1, int(batch_size))
-        self.pad_square = _as_bool(pad_square)
+        self.pad_square = as_bool(pad_square, "pad_square")
         if chat_format not in ("llava", "template"):
             raise BackendError(f"unknown chat_format {chat_format!r} (use 'llava' or 'template')")
         self.chat_format = chat_format
-        self.prefix_reuse = _as_bool(prefix_reuse)
+        self.prefix_reuse = as_bool(prefix_reuse, "prefix_reuse")
         if local_files_only is None:
-            local_files_only = os.environ.get("HF_HUB_OFFLINE", "0") in _TRUE or Path(model).is_dir()
+            local_files_only = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on") or Path(model).is_dir()
         kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
         if not Path(model).is_dir() and local_files_only and Path(model).suffix:
             raise BackendError(f"model folder {model!r} not found")
@@ -119,6 +113,7 @@ class HFBackend(Backend):
             model_kwargs: dict[str, Any] = {"dtype": getattr(torch, self.dtype_name), **kwargs}
             if attn_implementation:
                 model_kwargs["attn_implementation"] = attn_implementation
+            self._attn_implementation = attn_implementation
             try:
                 net = transformers.AutoModelForImageTextToText.from_pretrained(model, **model_kwargs)
             except ValueError:
@@ -185,7 +180,7 @@ class HFBackend(Backend):
         return ids
 
     def _make_identity(self) -> dict[str, Any]:
-        ident: dict[str, Any] = {"kind": self.kind, "model": self.model, "dtype": self.dtype_name, "pad_square": self.pad_square, "chat_format": self.chat_format}
+        ident: dict[str, Any] = {"kind": self.kind, "model": self.model, "dtype": self.dtype_name, "pad_square": self.pad_square, "chat_format": self.chat_format, "attn": self._attn_implementation}
         path = Path(self.model)
         if path.is_dir():
             h = hashlib.sha256()
@@ -357,7 +352,11 @@ class HFBackend(Backend):
 def from_spec(spec: BackendSpec, **options: Any) -> HFBackend:
     """``hf:<model id or folder>[?device=cuda&dtype=float16&batch_size=8]``."""
     if "batch_size" in options:
-        options["batch_size"] = int(options["batch_size"])
+        options["batch_size"] = as_int(options["batch_size"], "batch_size")
+    # Options from a spec or --backend-opt arrive as text: "false" must not be truthy.
+    for name in ("trust_remote_code", "local_files_only", "pad_square", "prefix_reuse"):
+        if name in options and options[name] is not None:
+            options[name] = as_bool(options[name], name)
     backend = HFBackend(spec.target, **options)
     return backend
 

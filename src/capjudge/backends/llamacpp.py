@@ -52,6 +52,7 @@ from capjudge.backends.base import (
     Usage,
 )
 from capjudge.backends.llava_prompt import render_llava_v1
+from capjudge.backends.options import as_bool, as_int
 from capjudge.images import LoadedImage
 
 __all__ = ["LlamaCppBackend", "ProjectorMismatchError", "from_spec", "render_llava_v1"]
@@ -234,8 +235,11 @@ class LlamaCppBackend(Backend):
             "prompt_format": "llava_v1",
             "decoding": "argmax",
             "seed": self.seed,
-            # Text is evaluated in blocks of this size; another size changes logits at ~1e-7.
+            # Text is evaluated in blocks of this size; another size, another batch size or GPU
+            # offloading change the logits' rounding (~1e-7).
             "prompt_block": self._block,
+            "n_batch": int(n_batch),
+            "n_gpu_layers": int(n_gpu_layers),
         }
 
     # -- vocabulary ---------------------------------------------------------------------------
@@ -568,21 +572,6 @@ def _image_group_key(requests: Sequence[Request]) -> Any:
     return key
 
 
-def _opt_int(value: Any, name: str) -> int | None:
-    if value is None or value == "":
-        return None
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        raise BackendError(f"llamacpp option {name}={value!r} is not an integer") from None
-
-
-def _opt_bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in {"1", "true", "yes", "on"}
-    return bool(value)
-
-
 def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
     """Build the backend from a parsed ``llamacpp:<model.gguf>?mmproj=...`` spec.
 
@@ -596,16 +585,16 @@ def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
     if unknown:
         raise BackendError(f"unknown llamacpp option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     mmproj = options.get("mmproj") or options.get("clip_model_path")
-    block = _opt_int(options.get("prompt_block"), "prompt_block")
+    block = as_int(options.get("prompt_block"), "prompt_block")
     return LlamaCppBackend(
         spec.target,
         mmproj or None,
-        n_ctx=_opt_int(options.get("n_ctx"), "n_ctx") or DEFAULT_N_CTX,
-        n_threads=_opt_int(options.get("n_threads"), "n_threads"),
-        n_gpu_layers=_opt_int(options.get("n_gpu_layers"), "n_gpu_layers") or 0,
-        n_batch=_opt_int(options.get("n_batch"), "n_batch") or 512,
+        n_ctx=as_int(options.get("n_ctx"), "n_ctx") or DEFAULT_N_CTX,
+        n_threads=as_int(options.get("n_threads"), "n_threads"),
+        n_gpu_layers=as_int(options.get("n_gpu_layers"), "n_gpu_layers") or 0,
+        n_batch=as_int(options.get("n_batch"), "n_batch") or 512,
         prompt_block=DEFAULT_PROMPT_BLOCK if block is None else block,
-        seed=_opt_int(options.get("seed"), "seed") or 0,
-        verbose=_opt_bool(options.get("verbose", False)),
+        seed=as_int(options.get("seed"), "seed") or 0,
+        verbose=as_bool(options.get("verbose", False), "verbose"),
         spec=getattr(spec, "raw", "") or "",
     )

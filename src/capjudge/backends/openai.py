@@ -52,6 +52,7 @@ from capjudge.backends.openai_retry import (
     is_retryable,
     wait_seconds,
 )
+from capjudge.backends.options import as_bool, as_float, as_int
 from capjudge.backends.registry import BackendSpec
 from capjudge.usage import PriceSource, PriceTable, UsageTracker, estimate_text_tokens, image_tokens
 
@@ -613,12 +614,6 @@ def _as_dict(value: Mapping[str, Any] | str | None, name: str) -> dict[str, Any]
     return dict(value)
 
 
-def _as_bool(value: Any) -> bool:
-    if isinstance(value, str):
-        return value.strip().lower() in ("1", "true", "yes", "on")
-    return bool(value)
-
-
 def from_spec(spec: BackendSpec, **options: Any) -> OpenAIBackend:
     """Build the backend for ``openai:<model>``, ``azure:<deployment>`` or
     ``openai-compatible:<base_url>#<model>``; options as in :class:`OpenAIBackend` (strings from the
@@ -632,12 +627,12 @@ def from_spec(spec: BackendSpec, **options: Any) -> OpenAIBackend:
     opts: dict[str, Any] = dict(options)
     for k in _INT_OPTS:
         if isinstance(opts.get(k), str):
-            opts[k] = int(opts[k])
+            opts[k] = as_int(opts[k], k)
     for k in _FLOAT_OPTS:
         if isinstance(opts.get(k), str):
-            opts[k] = float(opts[k])
+            opts[k] = as_float(opts[k], k)
     if "logprobs" in opts and opts["logprobs"] is not None:
-        opts["logprobs"] = _as_bool(opts["logprobs"])
+        opts["logprobs"] = as_bool(opts["logprobs"], "logprobs")
     opts = {k: v for k, v in opts.items() if v is not None}
     if spec.kind == "openai-compatible":
         if "#" not in spec.target:

@@ -25,13 +25,20 @@ class ScriptedBackend(Backend):
         if isinstance(responder, str):
             text = responder
             self._responder: Responder = lambda _req: text
+            self._script_id = f"text:{text}"
         else:
             self._responder = responder
+            self._script_id = f"function:{id(responder)}"
         self.model = model
         self.spec = f"scripted:{model}"
         self.capabilities = capabilities or Capabilities(batching=True)
         self.calls: list[Request] = []
         self.batches: list[int] = []
+
+    def identity(self) -> dict[str, Any]:
+        """The script is part of the identity: a fixed answer by its text, a function by its object
+        (so two scripts never share cache entries; a function's entries last one process)."""
+        return {"kind": self.kind, "model": self.model, "script": self._script_id}
 
     def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
         """Answer every request from the script."""

@@ -42,6 +42,17 @@ class _Prepared:
     context: str | None = None
 
 
+def _image_key(image: Any) -> Any:
+    """A cheap grouping key for an image input before it is loaded (path text, bytes, object id)."""
+    if isinstance(image, (str, Path)):
+        return ("path", str(image))
+    if isinstance(image, (bytes, bytearray)):
+        return ("bytes", hash(bytes(image)))
+    if isinstance(image, LoadedImage):
+        return ("sha", image.sha256)
+    return ("object", id(image)) if image is not None else None
+
+
 def _sample_id(sample: Sample, index: int) -> str:
     return sample.id if sample.id is not None else str(index)
 
@@ -71,7 +82,10 @@ class Judge(PairwiseMixin):
     images_root:
         Directory that relative image paths are resolved against.
     batch_size:
-        How many samples are prepared and handed to the backend together (grouped by image).
+        How many samples are prepared and handed to the backend together (whole image groups;
+        a group larger than this is one batch).
+    group_window:
+        How many input samples are read ahead and grouped by image, whatever their order.
     top_logprobs:
         Alternatives asked per generated token when the method smooths (API backends cap it).
     max_new_tokens:
@@ -89,6 +103,7 @@ class Judge(PairwiseMixin):
         system: str | None = "auto",
         images_root: str | Path | None = None,
         batch_size: int = 64,
+        group_window: int = 1024,
         top_logprobs: int = 20,
         max_new_tokens: int | None = None,
         backend_options: dict[str, Any] | None = None,
@@ -102,6 +117,7 @@ class Judge(PairwiseMixin):
         self.backend: Backend = inner
         self.images_root = images_root
         self.batch_size = max(1, int(batch_size))
+        self.group_window = max(self.batch_size, int(group_window))
         self.top_logprobs = top_logprobs
         self.max_new_tokens = max_new_tokens
         if system == "auto":
@@ -160,7 +176,9 @@ class Judge(PairwiseMixin):
         return Request(self._messages(prompt, prep.image), self._config(self.method.max_new_tokens, self.method.smoothing))
 
     # ------------------------------------------------------------------ preparation
-    def _prepare(self, index: int, sample: Sample | dict[str, Any]) -> _Prepared:
+    def _prepare(self, index: int, sample: Sample | dict[str, Any], images: dict[Any, LoadedImage | str] | None = None) -> _Prepared:
+        """Check a sample and load its image (``images`` memoises loads within a batch: the
+        captions of one image read and hash it once)."""
         if isinstance(sample, dict):
             try:
                 sample = Sample(image=sample["image"], caption=sample["caption"], references=tuple(sample.get("references") or ()), id=sample.get("id"))
@@ -174,12 +192,21 @@ class Judge(PairwiseMixin):
         if self.method.needs_references and not [r for r in sample.references if str(r).strip()]:
             prep.error = f"{where}: method {self.method.name!r} needs reference captions and the sample has none"
             return prep
-        try:
-            prep.image = load_image(sample.image, root=self.images_root)
-        except ImageError as exc:
-            prep.error = f"{where}: {exc}"
-        except Exception as exc:  # noqa: BLE001 - any unreadable input becomes a record
-            prep.error = f"{where}: image {image_label(sample.image)!r} could not be loaded: {type(exc).__name__}: {exc}"
+        key = _image_key(sample.image)
+        loaded = images.get(key) if images is not None and key is not None else None
+        if loaded is None:
+            try:
+                loaded = load_image(sample.image, root=self.images_root)
+            except ImageError as exc:
+                loaded = str(exc)
+            except Exception as exc:  # noqa: BLE001 - any unreadable input becomes a record
+                loaded = f"image {image_label(sample.image)!r} could not be loaded: {type(exc).__name__}: {exc}"
+            if images is not None and key is not None:
+                images[key] = loaded
+        if isinstance(loaded, str):
+            prep.error = f"{where}: {loaded}"
+        else:
+            prep.image = loaded
         return prep
 
     @staticmethod
@@ -225,6 +252,14 @@ class Judge(PairwiseMixin):
                 p.context = self._contexts.get((p.image.sha256, tpl.hash))
 
     # ------------------------------------------------------------------ parsing
+    def _parse_safely(self, prep: _Prepared, out: Completion) -> ScoreResult:
+        """:meth:`_parse`, with any parser failure turned into this sample's error record."""
+        try:
+            return self._parse(prep, out)
+        except Exception as exc:  # noqa: BLE001 - one odd answer never stops a run
+            log.exception("parsing failed")
+            return self._error(prep, f"sample {_sample_id(prep.sample, prep.index)}: the answer could not be parsed: {type(exc).__name__}: {exc}", raw=out.text)
+
     def _parse(self, prep: _Prepared, out: Completion) -> ScoreResult:
         low, high = self.method.scale
         parsed = parse_score_details(out.text, low=low, high=high)
@@ -234,7 +269,7 @@ class Judge(PairwiseMixin):
         if out.meta:
             details["backend_meta"] = out.meta
         if self.method.smoothing:
-            sm = smooth_from_steps(out.steps) if out.steps else None
+            sm = smooth_from_steps(out.steps, expected=parsed.value) if out.steps and parsed.value is not None else None
             if sm is not None:
                 details["digit_probs"] = {"first": sm.first, "second": sm.second, "units": sm.units}
                 return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
@@ -260,24 +295,49 @@ class Judge(PairwiseMixin):
         return next(iter(self.score_many([sample])))
 
     def score_many(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[ScoreResult]:
-        """Score samples, yielding one result per sample in input order as each batch completes.
+        """Score samples, yielding one result per sample, in input order, as soon as it and every
+        sample before it are done.
 
-        Within a batch, samples are grouped by image content so that two-step methods ask their
-        first step once per image and backends can share the image prefix across captions.
+        Samples are read ``group_window`` at a time and grouped by image whatever their input order,
+        so that two-step methods ask their first step once per image, ``listwise`` puts all the
+        captions of an image in one prompt, and backends share the image prefix across captions.
         """
         if self.method.kind == "pairwise":
             raise ValueError(f"method {self.method.name!r} compares pairs: use Judge.compare / compare_many")
-        batch: list[tuple[int, Sample | dict[str, Any]]] = []
+        window: list[tuple[int, Sample | dict[str, Any]]] = []
         for i, s in enumerate(samples):
-            batch.append((i, s))
-            if len(batch) >= self.batch_size:
-                yield from self._score_batch(batch)
-                batch = []
-        if batch:
-            yield from self._score_batch(batch)
+            window.append((i, s))
+            if len(window) >= self.group_window:
+                yield from self._score_window(window)
+                window = []
+        if window:
+            yield from self._score_window(window)
+
+    def _score_window(self, items: Sequence[tuple[int, Sample | dict[str, Any]]]) -> Iterator[ScoreResult]:
+        """Batches of whole image groups (in first-seen order); results released in input order."""
+        groups: dict[Any, list[tuple[int, Sample | dict[str, Any]]]] = {}
+        for pos, item in enumerate(items):
+            sample = item[1]
+            key = _image_key(sample.get("image") if isinstance(sample, dict) else getattr(sample, "image", None))
+            groups.setdefault(key if key is not None else ("position", pos), []).append(item)
+        batches: list[list[tuple[int, Sample | dict[str, Any]]]] = [[]]
+        for group in groups.values():
+            if batches[-1] and len(batches[-1]) + len(group) > self.batch_size:
+                batches.append([])
+            batches[-1].extend(group)
+        done: dict[int, ScoreResult] = {}
+        next_pos = 0
+        position = {index: pos for pos, (index, _) in enumerate(items)}
+        for batch in batches:
+            for (index, _), result in zip(batch, self._score_batch(batch)):
+                done[position[index]] = result
+            while next_pos in done:
+                yield done.pop(next_pos)
+                next_pos += 1
 
     def _score_batch(self, batch: Sequence[tuple[int, Sample | dict[str, Any]]]) -> list[ScoreResult]:
-        preps = [self._prepare(i, s) for i, s in batch]
+        images: dict[Any, LoadedImage | str] = {}
+        preps = [self._prepare(i, s, images) for i, s in batch]
         results: dict[int, ScoreResult] = {}
         valid = self._group_by_image(preps)
         try:
@@ -303,7 +363,7 @@ class Judge(PairwiseMixin):
                 if isinstance(out, BaseException):
                     results[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: backend error: {type(out).__name__}: {out}")
                 else:
-                    results[p.index] = self._parse(p, out)
+                    results[p.index] = self._parse_safely(p, out)
         for p in preps:
             if p.index not in results:
                 results[p.index] = self._error(p, p.error or f"sample {_sample_id(p.sample, p.index)}: not judged")

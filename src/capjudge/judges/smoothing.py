@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 from capjudge.backends.base import DIGITS, TokenStep
 
-_SCORE_RE = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?")
+_SCORE_RE = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?(\d*)")
 
 
 def expected_digit_score(first: Sequence[float], second: Sequence[float] | None = None) -> float:
@@ -68,7 +68,8 @@ def digit_distribution(step: TokenStep, char_index: int = 0) -> list[float] | No
     prefix = chosen[:char_index]
     for tok, lp in step.top:
         text = _token_text(tok).strip()
-        if len(text) > char_index and text.isdigit() and text[:char_index] == prefix:
+        # ASCII digits only: str.isdigit() is also true for "²" or "٣", which are no decimal digit.
+        if len(text) > char_index and text.isascii() and text.isdigit() and text[:char_index] == prefix:
             probs[DIGITS.index(text[char_index])] += math.exp(lp)
     return probs
 
@@ -102,16 +103,18 @@ def _offset_in_stripped(step: TokenStep, raw_offset: int) -> int:
     return raw_offset - (len(text) - len(text.lstrip()))
 
 
-def smooth_from_steps(steps: Sequence[TokenStep]) -> Smoothed | None:
+def smooth_from_steps(steps: Sequence[TokenStep], expected: float | None = None) -> Smoothed | None:
     """Locate the printed ``0.x[y]`` or ``1.0`` score in the generated tokens and smooth it.
 
-    Returns ``None`` when the tokens hold no such score or carry no probabilities there (the caller
-    then falls back to the raw score and says so).
+    ``expected`` is the score the parser read from the answer: the number smoothed is that one
+    (in "On a scale of 0.0 to 1.0, I'd give 0.7" it is 0.7, not the restated 0.0). Returns ``None``
+    when the tokens hold no such score or carry no probabilities there (the caller then falls back to
+    the raw score and says so).
     """
     if not steps:
         return None
     text, owner, offset = _char_to_step(steps)
-    m = _SCORE_RE.search(text)
+    m = next((c for c in _SCORE_RE.finditer(text) if expected is None or abs(float(c.group(0)) - expected) < 1e-9), None)
     if not m:
         return None
     units_digit, d1, d2 = m.group(1), m.group(2), m.group(3)

@@ -141,6 +141,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     images = Path(args.images)
     if not images.is_dir():
         return _err(f"image folder not found: {images}")
+    from capjudge.backends.base import BackendError
     from capjudge.judges.judge import Judge  # lazy: pulls in the backends
 
     try:
@@ -148,8 +149,11 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
 
         # The response cache makes a benchmark run resumable: a re-run asks only what is missing.
         judge = Judge(args.method, args.backend, cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()))
-    except Exception as exc:  # noqa: BLE001 - a bad method/backend spec is a usage error
-        return _err(f"cannot build the judge: {type(exc).__name__}: {exc}")
+    except BackendError as exc:  # the backend could not start: exit 1, as `capjudge score`
+        print(f"capjudge: backend error: {exc}", file=sys.stderr)
+        return 1
+    except ValueError as exc:  # unknown method or backend, bad option values: a usage error
+        return _err(f"cannot build the judge: {exc}")
     out = Path(args.out)
     try:
         if getattr(judge.method, "kind", "score") == "pairwise":

@@ -26,11 +26,12 @@ import re
 from dataclasses import dataclass
 
 # A plain decimal number not glued to letters or other digits: "85", "0.85", ".85", "0,85" (comma
-# decimal, only after a zero). Bounded repetition keeps a megabyte of digits linear: at the start
-# of a digit run the match fails after at most 15 steps, and inside the run the look-behind fails.
+# decimal, only after a zero). Bounded repetition of the integer part keeps a megabyte of digits
+# linear: at the start of a digit run the match fails after at most 15 steps, and inside the run the
+# look-behind fails. Decimals may be long ("0.66666666666666" is a model's score too).
 NUM_RE = re.compile(
     r"(?<![A-Za-z0-9_.])(?<![0-9],)"
-    r"(?:0,[0-9]{1,3}(?![0-9]|,[0-9])|[0-9]{1,15}(?:\.[0-9]{1,12})?|\.[0-9]{1,12})"
+    r"(?:0,[0-9]{1,3}(?![0-9]|,[0-9])|[0-9]{1,15}(?:\.[0-9]+)?|\.[0-9]+)"
     r"(?![A-Za-z0-9_]|\.[0-9]|,[0-9]{3}(?![0-9]))"
 )
 

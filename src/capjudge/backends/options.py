@@ -1,0 +1,48 @@
+"""Converting backend options, which arrive as text from spec strings (``?key=value``) and
+``--backend-opt``, to the types the backends take, with errors that name the option."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capjudge.backends.base import BackendError
+
+class OptionError(BackendError, ValueError):
+    """A backend option has a value of the wrong kind (a usage error: the CLI exits 2)."""
+
+
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off", ""})
+
+
+def as_bool(value: Any, name: str = "option") -> bool:
+    """``True``/``False`` from a bool or text such as ``"true"``, ``"0"``, ``"off"``; other text
+    is an error (``"flase"`` must not silently mean ``False``)."""
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in _TRUE:
+        return True
+    if text in _FALSE:
+        return False
+    raise OptionError(f"option {name}={value!r} is not a yes/no value (true/false, 1/0, yes/no, on/off)")
+
+
+def as_int(value: Any, name: str = "option") -> int | None:
+    """An integer from a number or text; ``None`` for an empty value."""
+    if value is None or value == "":
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        raise OptionError(f"option {name}={value!r} is not an integer") from None
+
+
+def as_float(value: Any, name: str = "option") -> float | None:
+    """A number from a number or text; ``None`` for an empty value."""
+    if value is None or value == "":
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise OptionError(f"option {name}={value!r} is not a number") from None
