@@ -116,3 +116,27 @@ def test_score_and_demo_on_the_tiny_hf_model(tiny_llava_dir: Path, tmp_path: Pat
     demo_fleur = read_jsonl(tmp_path / "demo" / "fleur.jsonl")
     assert demo_fleur[-1]["status"] == "error" and "no-such-image.jpg" in demo_fleur[-1]["error"]
     assert any(r["smoothed"] for r in demo_fleur)
+
+
+def test_wrong_method_for_the_command_is_a_usage_error_and_keeps_old_results(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "kept.jsonl"
+    out.write_text('{"old": 1}\n')
+    rc = main(["score", "--method", "gpt4v-pairwise", "--backend", "scripted:1", "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(out), "--no-cache"])
+    assert rc == 2 and "compare" in capsys.readouterr().err
+    assert out.read_text() == '{"old": 1}\n'
+    rc = main(["compare", "--method", "listwise", "--mode", "grading", "--backend", "scripted:1", "--input", str(EXAMPLES / "pairs.jsonl"), "--out", str(out), "--no-cache"])
+    assert rc == 2 and "scoring method" in capsys.readouterr().err
+    rc = main(["score", "--method", "vanilla", "--backend", "openai-compatible:http://127.0.0.1:9/v1#m", "--concurrency", "0", "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(out), "--no-cache"])
+    assert rc == 2 and "concurrency" in capsys.readouterr().err
+    rc = main(["score", "--method", "vanilla", "--backend", "openai-compatible:http://127.0.0.1:9/v1#m", "--backend-opt", "concurrency=lots", "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(out), "--no-cache"])
+    assert rc == 2 and "concurrency='lots'" in capsys.readouterr().err
+
+
+def test_explain_keeps_a_record_for_a_bad_row(tmp_path: Path, capsys) -> None:
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"image": "cats.jpg", "caption": "two cats"}) + "\n{broken\n")
+    out = tmp_path / "ex.jsonl"
+    rc = main(["explain", "--backend", "scripted:0.6", "--images", str(EXAMPLES / "images"), "--input", str(inp), "--out", str(out), "--no-cache", "--json"])
+    assert rc == 0
+    res = read_jsonl(out)
+    assert [r["status"] for r in res] == ["ok", "error"] and "line 2" in res[1]["error"]

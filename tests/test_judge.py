@@ -202,3 +202,57 @@ def test_backend_that_raises_for_a_whole_batch() -> None:
 def test_pairwise_method_refuses_single_scoring() -> None:
     with pytest.raises(ValueError, match="compare"):
         list(Judge("gpt4v-pairwise", ScriptedBackend("x")).score_many([Sample(CATS, "a")]))
+
+
+def test_unicode_digit_alternatives_never_stop_a_run() -> None:
+    # LLaMA vocabularies hold "²" or "٣", for which str.isdigit() is true: not decimal digits.
+    def respond(req: Request) -> Completion:
+        top = (("8", math.log(0.7)), ("²", math.log(0.2)), ("٣", math.log(0.1)))
+        return Completion(text="0.8", steps=[TokenStep("0", 0.0), TokenStep(".", 0.0), TokenStep("8", math.log(0.7), top=top)], logprobs=True)
+
+    r = Judge("fleur", ScriptedBackend(respond)).score(Sample(CATS, "a cat"))
+    assert r.ok and r.smoothed and r.score == pytest.approx(0.1 * 8 * 0.7)
+
+
+def test_smoothing_reads_the_score_the_parser_read() -> None:
+    def step(tok: str, d: int | None = None) -> TokenStep:
+        digits = tuple(0.0 if i == d else -50.0 for i in range(10)) if d is not None else None
+        return TokenStep(tok, 0.0, digits=digits)
+
+    toks = ["On", "▁a", "▁scale", "▁of", "▁", "0", ".", "0", "▁to", "▁", "1", ".", "0", ",", "▁I", "'d", "▁give", "▁", "0", ".", "7"]
+    steps = [step(t, int(t) if t.isdigit() else None) for t in toks]
+    comp = Completion(text="On a scale of 0.0 to 1.0, I'd give 0.7", steps=steps, logprobs=True)
+    r = Judge("fleur", ScriptedBackend(lambda req: comp)).score(Sample(CATS, "a cat"))
+    assert r.raw_score == 0.7 and r.smoothed and r.score == pytest.approx(0.7)
+
+
+def test_grouping_by_image_whatever_the_input_order(monkeypatch) -> None:
+    import capjudge.judges.judge as judge_module
+
+    loads: list[str] = []
+    real = judge_module.load_image
+
+    def counting(image, **kw):
+        loads.append(str(image))
+        return real(image, **kw)
+
+    monkeypatch.setattr(judge_module, "load_image", counting)
+    backend = ScriptedBackend(lambda r: "{1: 0.9, 2: 0.8, 3: 0.7}")
+    judge = Judge("listwise", backend, batch_size=2)
+    samples = [Sample(CATS, "c1"), Sample(DOG, "d1"), Sample(CATS, "c2"), Sample(DOG, "d2"), Sample(CATS, "c3")]
+    results = list(judge.score_many(samples))
+    assert [r.caption for r in results] == ["c1", "d1", "c2", "d2", "c3"]
+    # One listwise prompt per image holding all its captions, although they were interleaved
+    # and the batch size is smaller than the cats' group.
+    assert len(backend.calls) == 2
+    assert sorted(r.details["list_size"] for r in results) == [2, 2, 3, 3, 3]
+    assert [r.score for r in results] == [0.9, 0.9, 0.8, 0.8, 0.7]
+    assert sorted(loads) == sorted({str(CATS), str(DOG)})  # each image read once
+
+
+def test_scripted_backends_do_not_share_cache_entries(tmp_path: Path) -> None:
+    a = Judge("vanilla", "scripted:80", cache_dir=tmp_path).score(Sample(CATS, "x"))
+    b = Judge("vanilla", "scripted:50", cache_dir=tmp_path).score(Sample(CATS, "x"))
+    again = Judge("vanilla", "scripted:80", cache_dir=tmp_path).score(Sample(CATS, "x"))
+    assert (a.score, b.score, again.score) == (80.0, 50.0, 80.0)
+    assert again.details["cached"] and not b.details["cached"]

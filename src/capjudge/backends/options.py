@@ -7,6 +7,7 @@ from typing import Any
 
 from capjudge.backends.base import BackendError
 
+
 class OptionError(BackendError, ValueError):
     """A backend option has a value of the wrong kind (a usage error: the CLI exits 2)."""
 

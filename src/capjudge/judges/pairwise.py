@@ -41,7 +41,9 @@ def _as_pair(item: Pair | dict[str, Any] | tuple[Any, ...]) -> Pair:
         return item
     if isinstance(item, dict):
         return Pair(item["image"], item["caption_a"], item["caption_b"], tuple(item.get("references") or ()), item.get("id"))
-    return Pair(*item)
+    if isinstance(item, (tuple, list)):
+        return Pair(*item)
+    raise TypeError(f"a pair is a Pair, a dict or a tuple (image, caption_a, caption_b), not {type(item).__name__}")
 
 
 class PairwiseMixin:
@@ -139,14 +141,15 @@ class PairwiseMixin:
         name = self.method.template if self.method.kind == "pairwise" else DEFAULT_PAIRWISE_TEMPLATE
         tpl = get_template(name)
         reqs: list[Request] = []
+        images: dict[Any, Any] = {}  # each image read once per batch
         slots: list[tuple[int, Pair, Any]] = []
         errors: dict[int, str] = {}
         for i, p, item, err in pairs:
             if p is None or err is not None:
                 errors[i] = err or f"pair {i}: malformed"
                 continue
-            prep_a = self._prepare(i, Sample(p.image, p.caption_a, p.references, p.id))
-            prep_b = self._prepare(i, Sample(p.image, p.caption_b, p.references, p.id))
+            prep_a = self._prepare(i, Sample(p.image, p.caption_a, p.references, p.id), images)
+            prep_b = self._prepare(i, Sample(p.image, p.caption_b, p.references, p.id), images)
             bad = prep_a.error or prep_b.error
             if bad:
                 errors[i] = bad.replace("empty caption", "empty caption in the pair")
