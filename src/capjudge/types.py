@@ -43,6 +43,12 @@ class Sample:
             object.__setattr__(self, "references", tuple(self.references))
 
 
+def normalize_caption(text: Any) -> str:
+    """Collapse every whitespace run to one space and strip (FLEUR's ``' '.join(c.split())``): the
+    form a caption takes in prompts and when results are joined to human judgments."""
+    return " ".join(str(text).split()) if text is not None else ""
+
+
 def image_label(image: ImageInput) -> str:
     """A short printable name for an image input (path or URL as given, else a type tag)."""
     if isinstance(image, (str, Path)):

@@ -20,7 +20,7 @@ from capjudge.judges.pairwise import PairwiseMixin
 from capjudge.judges.smoothing import expected_digit_score, smooth_from_steps
 from capjudge.parsing import parse_score_details, parse_score_list
 from capjudge.prompts.registry import Method, TemplateError, get_method, get_template
-from capjudge.types import ImageInput, Sample, ScoreResult, image_label
+from capjudge.types import ImageInput, Sample, ScoreResult, image_label, normalize_caption
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class Judge(PairwiseMixin):
 
     def _score_request(self, prep: _Prepared) -> Request:
         tpl = get_template(self.method.template)
-        prompt = tpl.render(caption=" ".join(prep.sample.caption.split()), references=list(prep.sample.references), context=prep.context or "")
+        prompt = tpl.render(caption=normalize_caption(prep.sample.caption), references=list(prep.sample.references), context=prep.context or "")
         assert prep.image is not None
         return Request(self._messages(prompt, prep.image), self._config(self.method.max_new_tokens, self.method.smoothing))
 
@@ -392,7 +392,7 @@ class Judge(PairwiseMixin):
         reqs = []
         members = list(groups.values())
         for g in members:
-            prompt = tpl.render(captions=[" ".join(p.sample.caption.split()) for p in g])
+            prompt = tpl.render(captions=[normalize_caption(p.sample.caption) for p in g])
             assert g[0].image is not None
             reqs.append(Request(self._messages(prompt, g[0].image), self._config(max(self.method.max_new_tokens, 16 * len(g)), False)))
         out: dict[int, ScoreResult] = {}

@@ -15,7 +15,7 @@ from capjudge.backends.base import Request
 from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
 from capjudge.parsing import parse_verdict
 from capjudge.prompts.registry import get_template
-from capjudge.types import ImageInput, PairResult, Sample, image_label
+from capjudge.types import ImageInput, PairResult, Sample, image_label, normalize_caption
 
 if TYPE_CHECKING:
     from capjudge.judges.judge import Judge
@@ -155,7 +155,7 @@ class PairwiseMixin:
                 errors[i] = bad.replace("empty caption", "empty caption in the pair")
                 continue
             assert prep_a.image is not None
-            norm_a, norm_b = " ".join(p.caption_a.split()), " ".join(p.caption_b.split())
+            norm_a, norm_b = normalize_caption(p.caption_a), normalize_caption(p.caption_b)
             for first, second in ((norm_a, norm_b), (norm_b, norm_a)):
                 prompt = tpl.render(caption_a=first, caption_b=second, references=list(p.references))
                 reqs.append(Request(self._messages(prompt, prep_a.image), self._config(self.method.max_new_tokens if self.method.kind == "pairwise" else 256, False)))

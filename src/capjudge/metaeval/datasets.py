@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from capjudge.types import Sample
+from capjudge.types import Sample, normalize_caption
 
 Kind = Literal["ratings", "pairs"]
 
@@ -59,11 +59,6 @@ DATASET_NAMES: tuple[str, ...] = tuple(_ALIASES)
 
 class DatasetError(ValueError):
     """An annotation file is missing or not in the layout its data set expects."""
-
-
-def normalize_caption(text: Any) -> str:
-    """Collapse all whitespace runs to one space and strip (FLEUR's ``' '.join(c.split())``)."""
-    return " ".join(str(text).split()) if text is not None else ""
 
 
 def image_name(image: Any) -> str:

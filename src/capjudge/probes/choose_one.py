@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from capjudge.probes.perturbations import PerturbOptions, perturb, resolve_kinds
 from capjudge.probes.runner import whole_lists
-from capjudge.types import ImageInput, Sample, image_label
+from capjudge.types import ImageInput, Sample, image_label, normalize_caption
 
 if TYPE_CHECKING:
     from capjudge.judges.judge import Judge
@@ -141,7 +141,7 @@ def build_groups(
         donors = [c for other in labels if other != label for c in by_image[other][1]]
         flawed: list[str] = []
         made_by: list[str] = []
-        seen = {" ".join(t.split()).lower() for t in true}
+        seen = {normalize_caption(t).lower() for t in true}
         attempt = 0
         while len(flawed) < n_flawed and attempt < 4 * n_flawed * max(1, len(kind_list)):
             kind = kind_list[attempt % len(kind_list)]
@@ -151,7 +151,7 @@ def build_groups(
             attempt += 1
             if not out.applicable:
                 continue
-            key = " ".join(out.caption.split()).lower()  # type: ignore[union-attr]
+            key = normalize_caption(out.caption).lower()  # type: ignore[union-attr]
             if key in seen:
                 continue
             seen.add(key)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from capjudge.judges.pairwise import Pair
 from capjudge.parsing import parse_score
 from capjudge.probes.perturbations import PERTURBATIONS, PerturbOptions, perturb, resolve_kinds
-from capjudge.types import Sample, ScoreResult, image_label
+from capjudge.types import Sample, ScoreResult, image_label, normalize_caption
 
 if TYPE_CHECKING:
     from capjudge.io import ResultWriter
@@ -205,10 +205,10 @@ def _donor(samples: Sequence[Sample], i: int) -> str | None:
     me = samples[i]
     n = len(samples)
     others = [samples[(i + k) % n] for k in range(1, n)]
-    norm = " ".join(str(me.caption).split()).lower()
+    norm = normalize_caption(str(me.caption)).lower()
     for pick in (lambda s: image_label(s.image) != image_label(me.image), lambda s: True):
         for s in others:
-            if isinstance(s.caption, str) and s.caption.strip() and " ".join(s.caption.split()).lower() != norm and pick(s):
+            if isinstance(s.caption, str) and s.caption.strip() and normalize_caption(s.caption).lower() != norm and pick(s):
                 return s.caption
     return None
 
@@ -235,7 +235,7 @@ def _contains_canary(answer: str | None, caption: str, canary: str) -> bool | No
     if answer is None:
         return None
     text = answer.lower()
-    text = text.replace(" ".join(caption.split()).lower(), " ")
+    text = text.replace(normalize_caption(caption).lower(), " ")
     return canary.lower() in text
 
 
