@@ -26,7 +26,6 @@ import json
 import logging
 import math
 import os
-import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
@@ -54,6 +53,8 @@ from capjudge.backends.openai_retry import (
 )
 from capjudge.backends.options import as_bool, as_float, as_int
 from capjudge.backends.registry import BackendSpec
+from capjudge.judges.smoothing import SCORE_PATTERN
+from capjudge.parsing import parse_score
 from capjudge.usage import PriceSource, PriceTable, UsageTracker, estimate_text_tokens, image_tokens
 
 log = logging.getLogger("capjudge.backends.openai")
@@ -514,14 +515,9 @@ class OpenAIBackend(Backend):
 
 
 # -- sampling estimate (G-Eval style) ---------------------------------------------------------------
-_NUMBER_RE = re.compile(r"(?<![\d.])(\d+(?:\.\d+)?)")
-_DECIMAL_RE = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?")
-
-
-def first_number(text: str) -> float | None:
-    """The first number in ``text`` (the default score parser for sampling estimates)."""
-    m = _NUMBER_RE.search(text or "")
-    return float(m.group(1)) if m else None
+def fleur_score(text: str) -> float | None:
+    """The 0.0-1.0 score of an answer (the default parser of sampling estimates)."""
+    return parse_score(text, low=0.0, high=1.0)
 
 
 def sampling_requests(request: Request, n: int, *, temperature: float = 1.0) -> list[Request]:
@@ -552,7 +548,7 @@ class SamplingEstimate:
     cost_usd: float | None = None
 
     @classmethod
-    def from_outputs(cls, outputs: Sequence[Completion | BaseException], parse: Callable[[str], float | None] = first_number) -> SamplingEstimate:
+    def from_outputs(cls, outputs: Sequence[Completion | BaseException], parse: Callable[[str], float | None] = fleur_score) -> SamplingEstimate:
         """Summarise sampled completions (errors are counted, not fatal)."""
         est = cls(n=len(outputs))
         firsts: list[int] = []
@@ -571,7 +567,7 @@ class SamplingEstimate:
             if isinstance(out.meta.get("cost_usd"), (int, float)):
                 costs.append(float(out.meta["cost_usd"]))
             est.scores.append(parse(out.text))
-            m = _DECIMAL_RE.search(out.text or "")
+            m = SCORE_PATTERN.search(out.text or "")
             if m and m.group(1) == "0":
                 firsts.append(int(m.group(2)))
                 if m.group(3) is not None:
@@ -588,7 +584,7 @@ class SamplingEstimate:
         return asdict(self)
 
 
-def estimate_by_sampling(backend: Backend, request: Request, n: int = 20, *, temperature: float = 1.0, parse: Callable[[str], float | None] = first_number) -> SamplingEstimate:
+def estimate_by_sampling(backend: Backend, request: Request, n: int = 20, *, temperature: float = 1.0, parse: Callable[[str], float | None] = fleur_score) -> SamplingEstimate:
     """Estimate a judge's score distribution by sampling ``n`` answers at ``temperature`` (G-Eval,
     seed 004 Sec. 5.2.2): the fallback for models that give no log-probabilities. Costs ``n`` calls
     (fewer when a :class:`~capjudge.backends.cache.CachedBackend` holds some)."""

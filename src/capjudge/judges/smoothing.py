@@ -21,7 +21,8 @@ from dataclasses import dataclass
 
 from capjudge.backends.base import DIGITS, TokenStep
 
-_SCORE_RE = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?(\d*)")
+SCORE_PATTERN = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?(\d*)")
+"""A printed 0-1 score: units digit, first and second decimal, further decimals."""
 
 
 def expected_digit_score(first: Sequence[float], second: Sequence[float] | None = None) -> float:
@@ -114,7 +115,7 @@ def smooth_from_steps(steps: Sequence[TokenStep], expected: float | None = None)
     if not steps:
         return None
     text, owner, offset = _char_to_step(steps)
-    m = next((c for c in _SCORE_RE.finditer(text) if expected is None or abs(float(c.group(0)) - expected) < 1e-9), None)
+    m = next((c for c in SCORE_PATTERN.finditer(text) if expected is None or abs(float(c.group(0)) - expected) < 1e-9), None)
     if not m:
         return None
     units_digit, d1, d2 = m.group(1), m.group(2), m.group(3)
