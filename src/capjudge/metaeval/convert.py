@@ -166,12 +166,9 @@ def fleur_results_to_jsonl(paths: str | Path | list[str | Path], out: str | Path
     >>> fleur_results_to_jsonl("FLEUR/results/fleur_flickr8k_expert.txt", "fleur_f8k.jsonl")  # doctest: +SKIP
     5664
     """
-    records = fleur_records(paths, smoothed=smoothed)
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    with Path(out).open("w", encoding="utf-8") as f:
-        for rec in records:
-            f.write(json.dumps(rec, ensure_ascii=False) + "\n")
-    return len(records)
+    from capjudge.io import write_results
+
+    return write_results(out, fleur_records(paths, smoothed=smoothed))
 
 
 def fleur_pascal_annotations(paths: list[str | Path], out: str | Path | None = None) -> dict[str, list[dict[str, Any]]]:

@@ -9,7 +9,6 @@ undecodable lines are *bad lines*; all are counted and reported.
 
 from __future__ import annotations
 
-import json
 import math
 from collections import Counter
 from dataclasses import dataclass, field
@@ -98,22 +97,18 @@ def load_results(path: str | Path) -> LoadedResults:
 
     Raises ``FileNotFoundError`` when the file is missing; bad lines are counted, never fatal.
     """
+    from capjudge.io import BadRow, read_rows
+
     p = Path(path)
+    if not p.is_file():
+        raise FileNotFoundError(f"results file {str(p)!r} not found")
     res = LoadedResults(path=str(p))
     scales: Counter[tuple[float, float]] = Counter()
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError as exc:
-                res.bad_lines.append(f"line {n}: {exc.msg}")
-                continue
-            if not isinstance(rec, dict):
-                res.bad_lines.append(f"line {n}: not an object")
-                continue
-            _add_record(res, rec, scales)
+    for row in read_rows(p):
+        if isinstance(row, BadRow):
+            res.bad_lines.append(row.error)
+        else:
+            _add_record(res, row, scales)
     if scales:
         res.scale = scales.most_common(1)[0][0]
     return res
