@@ -61,6 +61,7 @@ _MIME = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "
 
 
 def _decode(data: bytes, label: str) -> PILImage.Image:
+    """Decode to RGB; the returned image keeps the file's format name in ``info["format"]``."""
     from PIL import Image, UnidentifiedImageError
 
     try:
@@ -68,7 +69,10 @@ def _decode(data: bytes, label: str) -> PILImage.Image:
         img.load()
     except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
         raise ImageError(f"image {label!r} could not be decoded: {exc}") from None
-    return img.convert("RGB")
+    fmt = img.format
+    rgb = img.convert("RGB")
+    rgb.info["format"] = fmt
+    return rgb
 
 
 def _download(url: str) -> bytes:
@@ -126,14 +130,7 @@ def load_image(image: ImageInput | LoadedImage, *, root: str | Path | None = Non
     mime = "image/png"
     if decode and pil is None:
         pil = _decode(data, label)
-    if pil is not None:
-        from PIL import Image
-
-        try:
-            fmt = Image.open(io.BytesIO(data)).format or "PNG"
-        except Exception:  # noqa: BLE001 - format sniffing only
-            fmt = "PNG"
-        mime = _MIME.get(fmt, "image/png")
+        mime = _MIME.get(pil.info.get("format") or "PNG", "image/png")
     return LoadedImage(sha256=sha, label=label, data=data, mime=mime, _pil=pil)
 
 
