@@ -1,6 +1,6 @@
 # Two commands set up everything on a fresh machine:
 #   make demo   create .venv, install capjudge with the HF backend, run the demo on the bundled examples
-#   make test   install everything (HF, llama.cpp, dev tools) and run lint + the whole test suite
+#   make test   install everything (HF, llama.cpp, dev tools) and run ruff, mypy and the test suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
@@ -34,6 +34,7 @@ demo: install
 
 lint: install-dev
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy src
 
 test: install-dev lint
 	$(PY) -m pytest -q -p no:cacheprovider

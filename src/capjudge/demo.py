@@ -70,6 +70,7 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
     # One sample that cannot work, to show the error record: an image that is not there.
     samples.append({"id": "missing", "image": "no-such-image.jpg", "caption": "a cat.", "references": []})
     pairs = [p for p in read_pairs(ex / "pairs.jsonl") if isinstance(p, dict)]
+    assert backend is not None
     con.print(f"backend: {backend}")
     model = load_backend(backend)
 
@@ -93,9 +94,9 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
     table = Table(title="pairwise A/B")
     for col in ("pair", "mode", "verdict", "votes / scores", "status"):
         table.add_column(col, overflow="fold")
-    for r in pair_results + graded:
-        detail = json.dumps(r.votes) if r.mode == "pairwise" else json.dumps([round(s, 4) if s is not None else None for s in (r.scores or ())])
-        table.add_row(str(r.id), r.mode, str(r.verdict), detail, r.status if r.ok else f"error: {r.error}")
+    for pr in pair_results + graded:
+        detail = json.dumps(pr.votes) if pr.mode == "pairwise" else json.dumps([round(s, 4) if s is not None else None for s in (pr.scores or ())])
+        table.add_row(str(pr.id), pr.mode, str(pr.verdict), detail, pr.status if pr.ok else f"error: {pr.error}")
     con.print(table)
 
     explained = fleur.explain(samples[0])

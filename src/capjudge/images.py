@@ -134,7 +134,7 @@ def load_image(image: ImageInput | LoadedImage, *, root: str | Path | None = Non
     return LoadedImage(sha256=sha, label=label, data=data, mime=mime, _pil=pil)
 
 
-def pad_to_square(img: PILImage.Image, fill: tuple[int, int, int]) -> PILImage.Image:
+def pad_to_square(img: PILImage.Image, fill: tuple[int, ...]) -> PILImage.Image:
     """Pad an image to a square with ``fill`` colour, centred (LLaVA-1.5's ``expand2square``)."""
     from PIL import Image
 

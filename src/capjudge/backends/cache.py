@@ -123,19 +123,23 @@ class CachedBackend(Backend):
 
     # Delegate what identifies the backend, so results name the real model.
     @property  # type: ignore[override]
-    def kind(self) -> str:
+    def kind(self) -> str:  # type: ignore[override]
+        """The wrapped backend's kind."""
         return self.inner.kind
 
     @property  # type: ignore[override]
-    def model(self) -> str:
+    def model(self) -> str:  # type: ignore[override]
+        """The wrapped backend's model id."""
         return self.inner.model
 
     @property  # type: ignore[override]
-    def spec(self) -> str:
+    def spec(self) -> str:  # type: ignore[override]
+        """The wrapped backend's spec string."""
         return self.inner.spec
 
     @property  # type: ignore[override]
-    def capabilities(self) -> Capabilities:
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        """The wrapped backend's capabilities."""
         return self.inner.capabilities
 
     def identity(self) -> dict[str, Any]:

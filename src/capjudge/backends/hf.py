@@ -115,7 +115,7 @@ class HFBackend(Backend):
                 model_kwargs["attn_implementation"] = attn_implementation
             self._attn_implementation = attn_implementation
             try:
-                net = transformers.AutoModelForImageTextToText.from_pretrained(model, **model_kwargs)
+                net: Any = transformers.AutoModelForImageTextToText.from_pretrained(model, **model_kwargs)
             except ValueError:
                 net = transformers.LlavaForConditionalGeneration.from_pretrained(model, **model_kwargs)
         except OSError as exc:

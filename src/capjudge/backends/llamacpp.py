@@ -242,6 +242,13 @@ class LlamaCppBackend(Backend):
             "n_gpu_layers": int(n_gpu_layers),
         }
 
+    @property
+    def _mtmd_ctx(self) -> Any:
+        """The projector's libmtmd context (the handler exists whenever images are asked)."""
+        if self._handler is None:
+            raise BackendError("this llama.cpp backend was loaded without a projector: add ?mmproj=<mmproj.gguf> to the spec")
+        return self._handler.mtmd_ctx
+
     # -- vocabulary ---------------------------------------------------------------------------
 
     def _find_digit_ids(self) -> tuple[int, ...] | None:
@@ -301,7 +308,7 @@ class LlamaCppBackend(Backend):
         bitmap = None
         if image.data:
             buf = (ctypes.c_uint8 * len(image.data)).from_buffer_copy(image.data)
-            bitmap = m.mtmd_helper_bitmap_init_from_buf(self._handler.mtmd_ctx, buf, len(image.data), False)
+            bitmap = m.mtmd_helper_bitmap_init_from_buf(self._mtmd_ctx, buf, len(image.data), False)
         if bitmap is None:  # stb_image cannot read it (or a URL): decode with Pillow
             pil = image.pil()
             rgb = pil.tobytes()
@@ -349,7 +356,7 @@ class LlamaCppBackend(Backend):
             if media and n < len(out) and [c.key for c in out[:n]] == [c.key for c in self._kv[:n]]:
                 return out, chunks, bitmaps
             self._free(chunks, bitmaps)
-        bitmaps: list[Any] = []
+        bitmaps = []
         try:
             for img in images:
                 bitmaps.append(self._bitmap(img))
@@ -374,7 +381,7 @@ class LlamaCppBackend(Backend):
         inp.parse_special = True
         chunks = m.mtmd_input_chunks_init()
         arr = (m.mtmd_bitmap_p_ctypes * max(1, len(bitmaps)))(*bitmaps)
-        rc = m.mtmd_tokenize(self._handler.mtmd_ctx, chunks, ctypes.byref(inp), arr, len(bitmaps))
+        rc = m.mtmd_tokenize(self._mtmd_ctx, chunks, ctypes.byref(inp), arr, len(bitmaps))
         if rc != 0:
             self._free(chunks, bitmaps)
             raise BackendError(f"llama.cpp could not tokenize the prompt with its {len(bitmaps)} image(s) (mtmd_tokenize returned {rc})")
@@ -424,7 +431,7 @@ class LlamaCppBackend(Backend):
             else:
                 out = llama_cpp.llama_pos(n_past)
                 rc = m.mtmd_helper_eval_chunk_single(
-                    self._handler.mtmd_ctx, self._ctx, m.mtmd_input_chunks_get(mt_chunks, i),
+                    self._mtmd_ctx, self._ctx, m.mtmd_input_chunks_get(mt_chunks, i),
                     n_past, 0, self._llm.n_batch, last, ctypes.byref(out),
                 )
                 if rc != 0:

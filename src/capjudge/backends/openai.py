@@ -224,6 +224,7 @@ class OpenAIBackend(Backend):
             key = api_key or (None if token_provider else os.environ.get("AZURE_OPENAI_API_KEY"))
             if not key and token_provider is None:
                 raise BackendError("Azure needs credentials: pass api_key=..., set AZURE_OPENAI_API_KEY, or pass azure_ad_token_provider= (Entra ID)")
+            assert self.endpoint is not None  # checked by _resolve_endpoint
             return openai.AsyncAzureOpenAI(
                 azure_endpoint=self.endpoint,
                 azure_deployment=self.model,
@@ -330,9 +331,9 @@ class OpenAIBackend(Backend):
         attempts = 0
 
         def wait(state: Any) -> float:
-            exc = state.outcome.exception() if state.outcome else None
+            exc: BaseException | None = state.outcome.exception() if state.outcome else None
             seconds = wait_seconds(exc, state.attempt_number - 1, self.retry) if exc else 0.0
-            log.info("%s: retrying in %.2fs after %s (attempt %d of %d)", label, seconds, describe(exc), state.attempt_number + 1, self.retry.max_retries + 1)
+            log.info("%s: retrying in %.2fs after %s (attempt %d of %d)", label, seconds, describe(exc) if exc else "an unknown failure", state.attempt_number + 1, self.retry.max_retries + 1)
             return seconds
 
         try:

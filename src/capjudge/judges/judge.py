@@ -16,11 +16,18 @@ from typing import Any
 from capjudge.backends.base import Backend, Completion, GenerationConfig, Message, Request
 from capjudge.backends.registry import load_backend
 from capjudge.images import ImageError, LoadedImage, load_image
-from capjudge.judges.pairwise import PairwiseMixin
+from capjudge.judges import pairwise
 from capjudge.judges.smoothing import expected_digit_score, smooth_from_steps
 from capjudge.parsing import parse_score_details, parse_score_list
 from capjudge.prompts.registry import Method, TemplateError, get_method, get_template
-from capjudge.types import ImageInput, Sample, ScoreResult, image_label, normalize_caption
+from capjudge.types import (
+    ImageInput,
+    PairResult,
+    Sample,
+    ScoreResult,
+    image_label,
+    normalize_caption,
+)
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +71,7 @@ def _short(text: str | None, n: int = 80) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
-class Judge(PairwiseMixin):
+class Judge:
     """A caption judge: a judging method run on a backend.
 
     Parameters
@@ -410,6 +417,29 @@ class Judge(PairwiseMixin):
                 else:
                     out[p.index] = self._result(p, score=sc, raw_score=sc, raw=comp.text, details=details)
         return out
+
+    def compare(
+        self,
+        image: ImageInput,
+        caption_a: str,
+        caption_b: str,
+        *,
+        mode: pairwise.CompareMode | None = None,
+        references: Sequence[str] = (),
+        id: str | None = None,
+    ) -> PairResult:
+        """Which caption describes the image better: ``"A"``, ``"B"`` or ``"tie"``.
+
+        ``mode=None`` picks dual-sided ``"pairwise"`` (both orders asked, votes combined by
+        :func:`~capjudge.judges.voting.dual_sided_vote`) for pairwise methods and ``"grading"``
+        (the higher single score wins, seed 003) for scoring methods. Never raises for bad input.
+        """
+        return pairwise.compare(self, image, caption_a, caption_b, mode=mode, references=references, id=id)
+
+    def compare_many(self, pairs: Iterable[pairwise.Pair | dict[str, Any] | tuple[Any, ...]], *, mode: pairwise.CompareMode | None = None) -> Iterator[PairResult]:
+        """Compare many pairs (``Pair``, dicts with ``image``, ``caption_a``, ``caption_b`` or
+        tuples), yielding results in input order."""
+        return pairwise.compare_many(self, pairs, mode=mode)
 
     def explain(self, sample: Sample | dict[str, Any], result: ScoreResult | None = None) -> ScoreResult:
         """Score a sample (unless ``result`` is given) and ask the method's follow-up question

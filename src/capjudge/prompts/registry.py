@@ -86,7 +86,7 @@ _TEMPLATES: dict[str, PromptTemplate] = {}
 
 
 def _package_template(name: str) -> PromptTemplate:
-    src = resources.files("capjudge.prompts").joinpath("templates", f"{name}.j2").read_text(encoding="utf-8")
+    src = resources.files("capjudge.prompts").joinpath("templates").joinpath(f"{name}.j2").read_text(encoding="utf-8")
     return PromptTemplate(name=name, source=src, origin=f"capjudge/prompts/templates/{name}.j2")
 
 
