@@ -464,7 +464,8 @@ class Judge:
         answer = str(result.score) if result.smoothed else (result.raw or "").strip()
         history = [m for m in first.messages if m.role != "system"] + [Message("assistant", answer)]
         follow = get_template(name).render()
-        req = Request(self._messages(follow, prep.image, history=history), self._config(512, False))  # type: ignore[arg-type]
+        assert prep.image is not None  # _prepare succeeded
+        req = Request(self._messages(follow, prep.image, history=history), self._config(512, False))
         (out,) = self._generate([req])
         if isinstance(out, BaseException):
             # The score stands; only the explanation is missing.
