@@ -256,3 +256,30 @@ def test_scripted_backends_do_not_share_cache_entries(tmp_path: Path) -> None:
     again = Judge("vanilla", "scripted:80", cache_dir=tmp_path).score(Sample(CATS, "x"))
     assert (a.score, b.score, again.score) == (80.0, 50.0, 80.0)
     assert again.details["cached"] and not b.details["cached"]
+
+
+@pytest.mark.parametrize(("answer", "value", "d"), [("1.0", 1.0, 1), ("0.0", 0.0, 0)])
+def test_smoothing_skips_a_restated_scale_end_equal_to_the_score(answer: str, value: float, d: int) -> None:
+    # "On a scale of 0.0 to 1.0, I'd give <answer>": the restatement's digits are certain, the
+    # answer's are not; the answer is what gets smoothed.
+    def step(tok: str, dist: dict[int, float] | None = None) -> TokenStep:
+        digits = tuple(math.log(dist.get(i, 0.0)) if dist.get(i, 0.0) > 0 else -50.0 for i in range(10)) if dist is not None else None
+        return TokenStep(tok, 0.0, digits=digits)
+
+    certain = {0: 1.0} if d == 0 else {1: 1.0}
+    toks = [step("On"), step("▁scale"), step("▁"), step("0", {0: 1.0}), step("."), step("0", {0: 1.0}), step("▁to"), step("▁"), step("1", {1: 1.0}), step("."), step("0", {0: 1.0}), step(","), step("▁give"), step("▁")]
+    if d == 1:
+        toks += [step("1", {0: 0.5, 1: 0.5}), step("."), step("0", {0: 1.0})]
+    else:
+        toks += [step("0", {0: 1.0}), step("."), step("0", {0: 0.5, 4: 0.5})]
+    comp = Completion(text=f"On scale 0.0 to 1.0, give {answer}", steps=toks, logprobs=True)
+    r = Judge("fleur", ScriptedBackend(lambda req: comp)).score(Sample(CATS, "a cat"))
+    assert r.raw_score == value and r.smoothed
+    assert r.score == pytest.approx(0.95 if d == 1 else 0.2), certain
+
+
+def test_sampling_estimate_scores_by_the_mean_of_parsed_samples() -> None:
+    meta = {"sampling_estimate": {"mean": 0.95, "first": [0, 0, 0, 0, 0, 0, 0, 0, 1.0, 0], "second": None, "calls": 4}}
+    comp = Completion(text="0.8", model="m", meta=meta)
+    r = Judge("fleur", ScriptedBackend(lambda req: comp)).score(Sample(CATS, "a cat"))
+    assert r.score == pytest.approx(0.95) and r.smoothed and "sampling 4" in r.details["smoothing"]

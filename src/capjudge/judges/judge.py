@@ -17,8 +17,9 @@ from capjudge.backends.base import Backend, Completion, GenerationConfig, Messag
 from capjudge.backends.registry import load_backend
 from capjudge.images import ImageError, LoadedImage, load_image
 from capjudge.judges import pairwise
-from capjudge.judges.smoothing import expected_digit_score, smooth_from_steps
+from capjudge.judges.smoothing import SCORE_PATTERN, smooth_from_steps
 from capjudge.parsing import parse_score_details, parse_score_list
+from capjudge.parsing._text import clean, coerce_text
 from capjudge.prompts.registry import Method, TemplateError, get_method, get_template
 from capjudge.types import (
     ImageInput,
@@ -58,6 +59,15 @@ def _image_key(image: Any) -> Any:
     if isinstance(image, LoadedImage):
         return ("sha", image.sha256)
     return ("object", id(image)) if image is not None else None
+
+
+def _occurrence(text: str, parsed: Any) -> int:
+    """How many numbers with the parsed score's value stand before it in the answer (so that
+    "on a scale of 0.0 to 1.0, I'd give 1.0" smooths the second "1.0", not the restated scale)."""
+    if parsed.span is None or parsed.value is None:
+        return 0
+    before = clean(coerce_text(text) or "")[: parsed.span[0]]
+    return sum(1 for m in SCORE_PATTERN.finditer(before) if abs(float(m.group(0)) - parsed.value) < 1e-9)
 
 
 def _sample_id(sample: Sample, index: int) -> str:
@@ -276,15 +286,15 @@ class Judge:
         if out.meta:
             details["backend_meta"] = out.meta
         if self.method.smoothing:
-            sm = smooth_from_steps(out.steps, expected=parsed.value) if out.steps and parsed.value is not None else None
+            sm = smooth_from_steps(out.steps, expected=parsed.value, occurrence=_occurrence(out.text, parsed)) if out.steps and parsed.value is not None else None
             if sm is not None:
                 details["digit_probs"] = {"first": sm.first, "second": sm.second, "units": sm.units}
                 return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
             est = (out.meta or {}).get("sampling_estimate")
-            if isinstance(est, dict) and est.get("first"):
-                # No log-probabilities: the digit distributions were estimated by sampling N answers
-                # (G-Eval style, seed 004 Sec. 5.2.2); the same formula applies to the frequencies.
-                score = expected_digit_score(est["first"], est.get("second"))
+            if isinstance(est, dict) and est.get("mean") is not None:
+                # No log-probabilities: the expected score is estimated from N sampled answers
+                # (G-Eval style, seed 004 Sec. 5.2.2): the mean of their parsed scores.
+                score = float(est["mean"])
                 details["smoothing"] = f"estimated by sampling {est.get('calls', '?')} answers (no log-probabilities)"
                 return self._result(prep, score=score, raw_score=parsed.value, smoothed=True, raw=out.text, details=details)
             details["smoothing"] = (

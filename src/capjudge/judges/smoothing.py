@@ -104,18 +104,21 @@ def _offset_in_stripped(step: TokenStep, raw_offset: int) -> int:
     return raw_offset - (len(text) - len(text.lstrip()))
 
 
-def smooth_from_steps(steps: Sequence[TokenStep], expected: float | None = None) -> Smoothed | None:
+def smooth_from_steps(steps: Sequence[TokenStep], expected: float | None = None, occurrence: int = 0) -> Smoothed | None:
     """Locate the printed ``0.x[y]`` or ``1.0`` score in the generated tokens and smooth it.
 
     ``expected`` is the score the parser read from the answer: the number smoothed is that one
-    (in "On a scale of 0.0 to 1.0, I'd give 0.7" it is 0.7, not the restated 0.0). Returns ``None``
+    (in "On a scale of 0.0 to 1.0, I'd give 0.7" it is 0.7, not the restated 0.0), and
+    ``occurrence`` says which of the numbers with that value it is (0: the first; "... to 1.0, I'd
+    give 1.0" is occurrence 1). Returns ``None``
     when the tokens hold no such score or carry no probabilities there (the caller then falls back to
     the raw score and says so).
     """
     if not steps:
         return None
     text, owner, offset = _char_to_step(steps)
-    m = next((c for c in SCORE_PATTERN.finditer(text) if expected is None or abs(float(c.group(0)) - expected) < 1e-9), None)
+    same = [c for c in SCORE_PATTERN.finditer(text) if expected is None or abs(float(c.group(0)) - expected) < 1e-9]
+    m = same[occurrence] if occurrence < len(same) else (same[-1] if same else None)
     if not m:
         return None
     units_digit, d1, d2 = m.group(1), m.group(2), m.group(3)
