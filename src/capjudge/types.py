@@ -37,10 +37,12 @@ class Sample:
     id: str | None = None
 
     def __post_init__(self) -> None:
-        if isinstance(self.references, str):
-            object.__setattr__(self, "references", (self.references,))
-        elif not isinstance(self.references, tuple):
-            object.__setattr__(self, "references", tuple(self.references))
+        refs = self.references
+        if isinstance(refs, str):
+            refs = (refs,)
+        elif not isinstance(refs, (list, tuple)):
+            raise TypeError(f"references must be a list of strings, not {type(refs).__name__}")
+        object.__setattr__(self, "references", tuple(str(r) for r in refs))
 
 
 def normalize_caption(text: Any) -> str:

@@ -52,7 +52,7 @@ from capjudge.backends.base import (
     Usage,
 )
 from capjudge.backends.llava_prompt import render_llava_v1
-from capjudge.backends.options import as_bool, as_int
+from capjudge.backends.options import OptionError, as_bool, as_int
 from capjudge.images import LoadedImage
 
 __all__ = ["LlamaCppBackend", "ProjectorMismatchError", "from_spec", "render_llava_v1"]
@@ -590,7 +590,7 @@ def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
     known = {"mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "prompt_block", "seed", "verbose", "clip_model_path"}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise BackendError(f"unknown llamacpp option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+        raise OptionError(f"unknown llamacpp option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
     mmproj = options.get("mmproj") or options.get("clip_model_path")
     block = as_int(options.get("prompt_block"), "prompt_block")
     return LlamaCppBackend(

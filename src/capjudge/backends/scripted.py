@@ -7,6 +7,7 @@ that request only.
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,7 +29,7 @@ class ScriptedBackend(Backend):
             self._script_id = f"text:{text}"
         else:
             self._responder = responder
-            self._script_id = f"function:{id(responder)}"
+            self._script_id = f"function:{uuid.uuid4().hex}"  # never shared with another script
         self.model = model
         self.spec = f"scripted:{model}"
         self.capabilities = capabilities or Capabilities(batching=True)

@@ -55,7 +55,7 @@ def _image_key(image: Any) -> Any:
     if isinstance(image, (str, Path)):
         return ("path", str(image))
     if isinstance(image, (bytes, bytearray)):
-        return ("bytes", hash(bytes(image)))
+        return ("bytes", bytes(image))  # exact: the key also memoises the decoded image
     if isinstance(image, LoadedImage):
         return ("sha", image.sha256)
     return ("object", id(image)) if image is not None else None
@@ -198,9 +198,13 @@ class Judge:
         captions of one image read and hash it once)."""
         if isinstance(sample, dict):
             try:
-                sample = Sample(image=sample["image"], caption=sample["caption"], references=tuple(sample.get("references") or ()), id=sample.get("id"))
+                sample = Sample(image=sample["image"], caption=sample["caption"], references=sample.get("references") or (), id=sample.get("id"))
             except KeyError as exc:
                 return _Prepared(index, Sample(image="<missing>", caption=""), error=f"sample {index}: missing field {exc}")
+            except (TypeError, ValueError) as exc:
+                return _Prepared(index, Sample(image="<invalid>", caption=""), error=f"sample {index}: malformed sample: {exc}")
+        elif not isinstance(sample, Sample):
+            return _Prepared(index, Sample(image="<invalid>", caption=""), error=f"sample {index}: not a Sample or a dict ({type(sample).__name__})")
         prep = _Prepared(index, sample)
         where = f"sample {_sample_id(sample, index)}"
         if not isinstance(sample.caption, str) or not sample.caption.strip():

@@ -42,7 +42,8 @@ def _as_pair(item: Pair | dict[str, Any] | tuple[Any, ...]) -> Pair:
     if isinstance(item, Pair):
         return item
     if isinstance(item, dict):
-        return Pair(item["image"], item["caption_a"], item["caption_b"], tuple(item.get("references") or ()), item.get("id"))
+        refs = item.get("references") or ()
+        return Pair(item["image"], item["caption_a"], item["caption_b"], (refs,) if isinstance(refs, str) else tuple(refs), item.get("id"))
     if isinstance(item, (tuple, list)):
         return Pair(*item)
     raise TypeError(f"a pair is a Pair, a dict or a tuple (image, caption_a, caption_b), not {type(item).__name__}")
@@ -105,7 +106,7 @@ def _compare_batch(judge: Judge, batch: Sequence[tuple[int, Any]], mode: Compare
     for i, item in batch:
         try:
             pairs.append((i, _as_pair(item), item, None))
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, ValueError) as exc:
             pairs.append((i, None, item, f"pair {i}: malformed pair ({type(exc).__name__}: {exc})"))
     if mode == "grading":
         return _compare_by_grading(judge, pairs)
