@@ -283,3 +283,22 @@ def test_sampling_estimate_scores_by_the_mean_of_parsed_samples() -> None:
     comp = Completion(text="0.8", model="m", meta=meta)
     r = Judge("fleur", ScriptedBackend(lambda req: comp)).score(Sample(CATS, "a cat"))
     assert r.score == pytest.approx(0.95) and r.smoothed and "sampling 4" in r.details["smoothing"]
+
+
+def test_data_dependent_template_errors_are_records_in_every_mode() -> None:
+    from capjudge.prompts import get_method, register_template
+
+    register_template("needs-ref", "Rate {{ caption }} against {{ references[0] }}.", overwrite=True)
+    register_template("list-needs-ref", "{% for c in captions %}{{ c }} vs {{ references[0] }}{% endfor %}", overwrite=True)
+    register_template("pair-needs-ref", "{{ caption_a }} / {{ caption_b }} / {{ references[0] }}", overwrite=True)
+    listwise = Judge(get_method("listwise").with_options(name="lw", template="list-needs-ref"), ScriptedBackend("{1: 0.5}"))
+    assert all(not r.ok and "references" in r.error for r in listwise.score_many([Sample(CATS, "a")]))
+    pair = Judge(get_method("gpt4v-pairwise").with_options(name="pw", template="pair-needs-ref"), ScriptedBackend("Answer 1"))
+    (r,) = pair.compare_many([(CATS, "a", "b")])
+    assert not r.ok and r.verdict is None
+    ok = pair.compare(CATS, "a", "b", references=["ref"])
+    assert ok.ok and ok.verdict == "tie"
+    inputs = [Sample(CATS, "a"), ("not", "a sample"), {"image": CATS, "caption": "b", "references": "one ref"}]
+    scored = list(Judge(get_method("vanilla").with_options(name="v", template="needs-ref"), ScriptedBackend("50")).score_many(inputs))
+    assert [r.status for r in scored] == ["error", "error", "ok"]
+    assert "not a Sample or a dict" in scored[1].error and scored[2].references == ["one ref"]

@@ -411,12 +411,18 @@ class Judge:
             groups.setdefault(p.image.sha256, []).append(p)
         tpl = get_template(self.method.template)
         reqs = []
-        members = list(groups.values())
-        for g in members:
-            prompt = tpl.render(captions=[normalize_caption(p.sample.caption) for p in g])
-            assert g[0].image is not None
-            reqs.append(Request(self._messages(prompt, g[0].image), self._config(max(self.method.max_new_tokens, 16 * len(g)), False)))
+        members = []
         out: dict[int, ScoreResult] = {}
+        for g in groups.values():
+            try:
+                prompt = tpl.render(captions=[normalize_caption(p.sample.caption) for p in g])
+            except TemplateError as exc:
+                for p in g:
+                    out[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: {exc}")
+                continue
+            assert g[0].image is not None
+            members.append(g)
+            reqs.append(Request(self._messages(prompt, g[0].image), self._config(max(self.method.max_new_tokens, 16 * len(g)), False)))
         low, high = self.method.scale
         for g, comp in zip(members, self._generate(reqs)):
             if isinstance(comp, BaseException):

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from capjudge.backends.base import Request
 from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
 from capjudge.parsing import parse_verdict
-from capjudge.prompts.registry import get_template
+from capjudge.prompts.registry import TemplateError, get_template
 from capjudge.types import ImageInput, PairResult, Sample, image_label, normalize_caption
 
 if TYPE_CHECKING:
@@ -161,8 +161,12 @@ def _compare_dual(judge: Judge, pairs: Sequence[tuple[int, Pair | None, Any, str
             continue
         assert prep_a.image is not None
         norm_a, norm_b = normalize_caption(p.caption_a), normalize_caption(p.caption_b)
-        for first, second in ((norm_a, norm_b), (norm_b, norm_a)):
-            prompt = tpl.render(caption_a=first, caption_b=second, references=list(p.references))
+        try:
+            prompts = [tpl.render(caption_a=first, caption_b=second, references=list(p.references)) for first, second in ((norm_a, norm_b), (norm_b, norm_a))]
+        except TemplateError as exc:
+            errors[i] = f"pair {p.id or i}: {exc}"
+            continue
+        for prompt in prompts:
             reqs.append(Request(judge._messages(prompt, prep_a.image), judge._config(judge.method.max_new_tokens if judge.method.kind == "pairwise" else 256, False)))
         slots.append((i, p, item))
     outs = judge._generate(reqs)
