@@ -302,3 +302,20 @@ def test_data_dependent_template_errors_are_records_in_every_mode() -> None:
     scored = list(Judge(get_method("vanilla").with_options(name="v", template="needs-ref"), ScriptedBackend("50")).score_many(inputs))
     assert [r.status for r in scored] == ["error", "error", "ok"]
     assert "not a Sample or a dict" in scored[1].error and scored[2].references == ["one ref"]
+
+
+def test_input_that_breaks_keeps_what_was_read_and_misuse_fails_at_the_call() -> None:
+    def gen():
+        for i in range(3):
+            yield Sample(CATS, f"c{i}")
+        raise RuntimeError("input broke")
+
+    got = []
+    with pytest.raises(RuntimeError, match="input broke"):
+        for r in Judge("vanilla", ScriptedBackend("50")).score_many(gen()):
+            got.append(r.score)
+    assert got == [50.0, 50.0, 50.0]
+    with pytest.raises(ValueError, match="compares pairs"):
+        Judge("gpt4v-pairwise", ScriptedBackend("x")).score_many([])
+    with pytest.raises(ValueError, match="scoring method"):
+        Judge("listwise", ScriptedBackend("x")).compare_many([], mode="grading")

@@ -323,14 +323,23 @@ class Judge:
         so that two-step methods ask their first step once per image, ``listwise`` puts all the
         captions of an image in one prompt, and backends share the image prefix across captions.
         """
-        if self.method.kind == "pairwise":
+        if self.method.kind == "pairwise":  # checked at the call, not at the first result
             raise ValueError(f"method {self.method.name!r} compares pairs: use Judge.compare / compare_many")
+        return self._score_stream(samples)
+
+    def _score_stream(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[ScoreResult]:
         window: list[tuple[int, Sample | dict[str, Any]]] = []
-        for i, s in enumerate(samples):
-            window.append((i, s))
-            if len(window) >= self.group_window:
+        try:
+            for i, s in enumerate(samples):
+                window.append((i, s))
+                if len(window) >= self.group_window:
+                    yield from self._score_window(window)
+                    window = []
+        except Exception:
+            # The input itself failed (a generator that raised): judge what was read, then re-raise.
+            if window:
                 yield from self._score_window(window)
-                window = []
+            raise
         if window:
             yield from self._score_window(window)
 
@@ -459,6 +468,9 @@ class Judge:
     def compare_many(self, pairs: Iterable[pairwise.Pair | dict[str, Any] | tuple[Any, ...]], *, mode: pairwise.CompareMode | None = None) -> Iterator[PairResult]:
         """Compare many pairs (``Pair``, dicts with ``image``, ``caption_a``, ``caption_b`` or
         tuples), yielding results in input order."""
+        kind = mode or ("pairwise" if self.method.kind == "pairwise" else "grading")
+        if kind == "grading" and self.method.kind != "score":  # checked at the call
+            raise ValueError(f"comparison by grading needs a scoring method, not {self.method.name!r}")
         return pairwise.compare_many(self, pairs, mode=mode)
 
     def explain(self, sample: Sample | dict[str, Any], result: ScoreResult | None = None) -> ScoreResult:
