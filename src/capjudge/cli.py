@@ -178,9 +178,15 @@ def _summary_table(title: str, rows: list[tuple[str, str]]) -> Any:
     return table
 
 
+def _bad_row_result(row: Any, method: Any, judge: Any) -> Any:
+    """The error record of an input row that could not be read (it names the line and the cause)."""
+    from capjudge.types import ScoreResult
+
+    return ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=str(row.line))
+
+
 def _cmd_score(args: argparse.Namespace) -> int:
     from capjudge.io import BadRow, ResultWriter, read_samples
-    from capjudge.types import ScoreResult
 
     method = _method_with_template(args.method, args.template, args.template_file)
     if method.kind == "pairwise":
@@ -195,10 +201,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     with _make_judge(args, method) as judge, ResultWriter(args.out) as out:
         scored = iter(judge.score_many(good))
         for row in _progress(rows, len(rows), f"{method.name} on {judge.backend_spec}", args.quiet):
-            if isinstance(row, BadRow):
-                res = ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=str(row.line))
-            else:
-                res = next(scored)
+            res = _bad_row_result(row, method, judge) if isinstance(row, BadRow) else next(scored)
             out.write(res)
             if res.ok:
                 n_ok += 1
@@ -281,7 +284,6 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from capjudge.io import BadRow, ResultWriter, read_samples
-    from capjudge.types import ScoreResult
 
     method = _method_with_template(args.method, args.template, args.template_file)
     if method.kind != "score":
@@ -299,7 +301,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     with _make_judge(args, method) as judge, (ResultWriter(args.out) if args.out else nullcontext()) as writer:
         for row in rows:
             if isinstance(row, BadRow):
-                res = ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=str(row.line))
+                res = _bad_row_result(row, method, judge)
             else:
                 res = judge.explain(row)
             if writer is not None:
