@@ -296,7 +296,7 @@ class HFBackend(Backend):
         with torch.inference_mode():
             out = self.net.generate(**inputs, **gen_kwargs)
         seqs = out.sequences[:, ids.shape[1] :]
-        logits = torch.stack(out.logits, dim=1).float() if cfg.top_logprobs > 0 else None  # (B, T, V)
+        logits = _at_least_float32(torch, torch.stack(out.logits, dim=1)) if cfg.top_logprobs > 0 else None  # (B, T, V)
         results = []
         for b, req in enumerate(reqs):
             n_prompt = int(attn[b].sum())
@@ -317,7 +317,7 @@ class HFBackend(Backend):
         text = self.tokenizer.decode(kept, skip_special_tokens=True).strip()
         steps: list[TokenStep] = []
         if logits is not None and n:
-            logp = torch.log_softmax(logits[:n].float(), dim=-1)
+            logp = torch.log_softmax(_at_least_float32(torch, logits[:n]), dim=-1)
             k = max(1, min(cfg.top_logprobs, logp.shape[-1]))
             top_lp, top_id = logp.topk(k, dim=-1)
             chosen = logp.gather(1, torch.tensor(kept, device=logp.device).unsqueeze(1)).squeeze(1)
@@ -344,6 +344,8 @@ class HFBackend(Backend):
 
     def close(self) -> None:
         """Free the model (and GPU memory)."""
+        if self._prefix is not None:
+            self._prefix.release()
         self.net = None  # type: ignore[assignment]
         if self.device.type == "cuda":
             self._torch.cuda.empty_cache()
@@ -360,3 +362,7 @@ def from_spec(spec: BackendSpec, **options: Any) -> HFBackend:
     backend = HFBackend(spec.target, **options)
     return backend
 
+
+def _at_least_float32(torch: Any, x: Any) -> Any:
+    """Half-precision logits in float32 for the log-softmax; float64 ones stay float64."""
+    return x.to(torch.promote_types(x.dtype, torch.float32))
