@@ -57,6 +57,29 @@ def test_two_step_method_asks_first_step_once_per_image() -> None:
     assert backend.calls[0].messages[0].content == LLAVA_V1_SYSTEM
 
 
+
+@pytest.mark.parametrize("method", ["visce2", "description"])
+def test_first_step_is_cached_across_runs(tmp_path: Path, method: str) -> None:
+    """A later run (new judge, new cache object over the same folder) with new captions of the same
+    images asks only the scoring step: each image's first-step answer comes from the response cache."""
+    from capjudge.backends.cache import CachedBackend
+
+    def respond(req: Request) -> str:
+        text = user_text(req)
+        return "70" if "Caption" in text or "caption" in text else f"A picture, number {req.images[0].sha256[:6]}."
+
+    inner = ScriptedBackend(respond)  # one script: a script's cache entries are its own
+    first = list(Judge(method, CachedBackend(inner, tmp_path)).score_many([Sample(CATS, "two cats"), Sample(DOG, "a dog")]))
+    assert all(r.ok for r in first), [r.error for r in first]
+    assert len(inner.calls) == 4  # two first steps, two scores
+
+    later = list(Judge(method, CachedBackend(inner, tmp_path)).score_many([Sample(CATS, "cats on a bed"), Sample(DOG, "a brown dog")]))
+    assert all(r.ok for r in later), [r.error for r in later]
+    asked = [user_text(c) for c in inner.calls[4:]]
+    assert len(asked) == 2 and all("cats on a bed" in t or "a brown dog" in t for t in asked)
+    assert [r.context for r in later] == [r.context for r in first]
+
+
 def test_one_bad_sample_never_stops_the_rest(tmp_path: Path, corrupt_image: Path) -> None:
     def respond(req: Request) -> str | BaseException:
         text = user_text(req)
