@@ -54,6 +54,11 @@ def test_image_errors_name_the_image(tmp_path: Path) -> None:
     truncated.write_bytes((EX / "images" / "cats.jpg").read_bytes()[:2000])
     with pytest.raises(ImageError, match="truncated.jpg"):
         load_image(truncated)
+    with pytest.raises(ImageError, match="no image given"):
+        load_image(None)  # type: ignore[arg-type]
+    with pytest.raises(ImageError, match="unsupported image of type list"):
+        load_image(["cats.jpg"])  # type: ignore[arg-type]
+    assert load_image(Image.new("RGB", (4, 3))).label == "<PIL image 4x3>"
 
 
 def test_pad_to_square_centres_with_fill() -> None:

@@ -119,6 +119,9 @@ def load_image(image: ImageInput | LoadedImage, *, root: str | Path | None = Non
                 data = path.read_bytes()
             except OSError as exc:
                 raise ImageError(f"image {s!r} could not be read: {exc}") from None
+    elif image is None or not hasattr(image, "convert"):
+        what = "no image given" if image is None else f"unsupported image of type {type(image).__name__}"
+        raise ImageError(f"{what}: expected a path, an http(s) or data: URL, encoded bytes or a PIL image")
     else:  # PIL image
         pil = image.convert("RGB")
         buf = io.BytesIO()

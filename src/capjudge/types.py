@@ -58,7 +58,12 @@ def image_label(image: ImageInput) -> str:
         return s if not s.startswith("data:") else s[:32] + "..."
     if isinstance(image, (bytes, bytearray)):
         return f"<{len(image)} bytes>"
-    return "<PIL image>"
+    if image is None:
+        return "<no image>"
+    size = getattr(image, "size", None)
+    if hasattr(image, "convert") and isinstance(size, tuple) and len(size) == 2:
+        return f"<PIL image {size[0]}x{size[1]}>"
+    return f"<{type(image).__name__}>"
 
 
 def _clean(value: Any) -> Any:
