@@ -112,6 +112,20 @@ def test_pick_one_accuracy_by_hand():
     assert math.isnan(stats.pick_one_accuracy([]))
 
 
+def test_pick_one_with_several_correct_captions():
+    groups = [
+        ([0.9, 0.9, 0.2], [0, 1]),  # two correct tied at the top: a hit only with "half" (2/2)
+        ([0.5, 0.5, 0.5, 0.1], {0, 3}),  # one of three tied is correct
+        ([0.2, 0.8], [0]),  # a flawed caption wins
+    ]
+    assert stats.pick_one_credit(*groups[0], "half") == 1.0 and stats.pick_one_credit(*groups[0]) == 0.0
+    assert stats.pick_one_credit(*groups[1], "half") == pytest.approx(1 / 3)
+    assert stats.pick_one_accuracy(groups, "half") == pytest.approx((1 + 1 / 3 + 0) / 3)
+    assert stats.pick_one_accuracy(groups) == 0.0
+    with pytest.raises(ValueError, match="tie rule"):
+        stats.pick_one_credit([1.0], 0, "coin")  # type: ignore[arg-type]
+
+
 def test_bootstrap_ci_is_deterministic_and_brackets_the_estimate():
     rng = np.random.default_rng(1)
     values = rng.normal(10.0, 2.0, size=200)

@@ -41,6 +41,7 @@ from capjudge.metaeval.stats import (
     pairwise_accuracy,
     pearson,
     pick_one_accuracy,
+    pick_one_credit,
     spearman,
 )
 
@@ -75,6 +76,7 @@ __all__ = [
     "parse_fleur_results",
     "pearson",
     "pick_one_accuracy",
+    "pick_one_credit",
     "results_from_records",
     "sample_key",
     "spearman",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -97,30 +97,35 @@ def pairwise_accuracy(outcomes: ArrayLike, ties: TieRule = "wrong") -> float:
     return hits / o.size
 
 
-def pick_one_accuracy(groups: Sequence[tuple[Sequence[float], int]], ties: TieRule = "wrong") -> float:
-    """Accuracy of picking the one correct caption among N (Flaws-Caption style).
+def pick_one_credit(scores: Sequence[float], correct: int | Collection[int], ties: TieRule = "wrong") -> float:
+    """One group's credit for picking a correct caption by the highest score.
 
-    Each group is ``(scores of the N captions, index of the correct one)``. A group is a hit when the
-    correct caption has the strictly highest score; when it shares the top score with ``k - 1``
-    others it is a miss (``ties="wrong"``) or worth ``1 / k`` (``ties="half"``: the expected hit of
-    a random choice among the tied). NaN for no groups.
+    ``correct`` is the index of the correct caption, or the indices of several. With ``k``
+    captions sharing the top score of which ``t`` are correct: 1 for a unique correct winner, 0 if
+    none of the top is correct; otherwise 0 (``ties="wrong"``) or ``t / k`` (``ties="half"``: the
+    expected hit of a random choice among the tied).
+    """
+    if ties not in TIE_RULES:
+        raise ValueError(f"tie rule must be one of {TIE_RULES}, not {ties!r}")
+    right = {correct} if isinstance(correct, int) else set(correct)
+    s = np.asarray(scores, dtype=float)
+    top = np.flatnonzero(s == s.max())
+    t = sum(int(k) in right for k in top)
+    if len(top) == 1:
+        return float(t)
+    return t / len(top) if ties == "half" else 0.0
+
+
+def pick_one_accuracy(groups: Sequence[tuple[Sequence[float], int | Collection[int]]], ties: TieRule = "wrong") -> float:
+    """Accuracy of picking a correct caption among N (Flaws-Caption style): the mean of
+    :func:`pick_one_credit` over groups ``(scores of the N captions, index or indices of the
+    correct ones)``. NaN for no groups.
     """
     if ties not in TIE_RULES:
         raise ValueError(f"tie rule must be one of {TIE_RULES}, not {ties!r}")
     if not groups:
         return math.nan
-    total = 0.0
-    for scores, correct in groups:
-        s = np.asarray(scores, dtype=float)
-        top = s.max()
-        if s[correct] < top:
-            continue
-        k = int(np.sum(s == top))
-        if k == 1:
-            total += 1.0
-        elif ties == "half":
-            total += 1.0 / k
-    return total / len(groups)
+    return sum(pick_one_credit(scores, correct, ties) for scores, correct in groups) / len(groups)
 
 
 def bootstrap_cis(

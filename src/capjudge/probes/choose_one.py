@@ -163,17 +163,20 @@ def build_groups(
 
 
 def _outcome(group: ChoiceGroup, gid: str, cands: list[str], truth: list[bool], results: Sequence[Any]) -> ChoiceOutcome:
+    from capjudge.metaeval.stats import pick_one_credit  # here: metaeval imports scipy
+
     scores = [r.score if r.ok else None for r in results]
     out = ChoiceOutcome(id=gid, image=image_label(group.image), candidates=cands, is_true=truth, scores=scores)
     failed = [r for r in results if not r.ok]
     if failed:
         out.error = f"group {gid}: {len(failed)} of {len(results)} candidates not scored; first: {failed[0].error}"
         return out
-    best = max(s for s in scores if s is not None)
-    out.top = [k for k, s in enumerate(scores) if s == best]
-    t = sum(truth[k] for k in out.top)
-    out.correct = t / len(out.top)
-    out.strict = len(out.top) == 1 and truth[out.top[0]]
+    values = [float(s) for s in scores if s is not None]
+    best = max(values)
+    out.top = [k for k, s in enumerate(values) if s == best]
+    right = [k for k, is_true in enumerate(truth) if is_true]
+    out.correct = pick_one_credit(values, right, "half")
+    out.strict = pick_one_credit(values, right, "wrong") == 1.0
     return out
 
 
