@@ -132,16 +132,20 @@ def test_token_steps_equal_with_any_answer_draft(fast, slow, example_images, dra
     assert grouped[-1].finish_reason == "length" and not grouped[-1].steps
 
 
-def test_large_groups_are_chunked_from_one_prefix(fast, slow, example_images) -> None:
+@pytest.mark.parametrize("bound", ["rows", "tokens"])
+def test_large_groups_are_chunked_from_one_prefix(fast, slow, example_images, monkeypatch, bound: str) -> None:
+    from capjudge.backends import hf_prefix
+
     img = load_image(example_images[0])
     reqs = [_fleur_request(img, f"{c} number {k}") for k, c in enumerate(CAPTIONS)]
-    old = fast._prefix.max_rows
-    fast._prefix.max_rows = 2
+    if bound == "rows":
+        monkeypatch.setattr(fast._prefix, "max_rows", 2)
+    else:  # a few captions' worth of packed tokens per chunk
+        monkeypatch.setattr(hf_prefix, "MAX_PACKED_TOKENS", 60)
+        chunks = fast._prefix._chunks([0, 1, 2, 3], [20, 30, 5, 80])
+        assert chunks == [[0, 1], [2], [3]]  # 24 + 34 fits, + 9 would not; 84 alone exceeds, still one
     fast.prefix_stats.reset()
-    try:
-        grouped = fast.generate(reqs)
-    finally:
-        fast._prefix.max_rows = old
+    grouped = fast.generate(reqs)
     assert fast.prefix_stats.prefix_forwards == 1 and fast.prefix_stats.rows == len(reqs)
     for req, g in zip(reqs, grouped):
         _assert_same_completion(g, slow.generate_one(req))
@@ -213,5 +217,52 @@ def test_packed_path_equals_one_plain_forward_in_float64(tiny_llava_dir: Path, e
                 assert [lp for _, lp in step.top] == pytest.approx(top.values.tolist(), abs=tol)
                 assert step.logprob == pytest.approx(float(logp[t, gen[t]]), abs=tol)
                 assert step.digits == pytest.approx(logp[t, be.digit_ids].tolist(), abs=tol)
+    finally:
+        be.close()
+
+
+def test_a_generation_setting_that_changes_greedy_decoding_sends_requests_to_generate(fast, slow, example_images) -> None:
+    """Read at every call: a length penalty set after loading is honoured as plain generate does."""
+    img = load_image(example_images[0])
+    reqs = [_fleur_request(img, c, max_new=12) for c in CAPTIONS[:3]]
+    for be in (fast, slow):
+        be.net.generation_config.exponential_decay_length_penalty = (1, 3.0)
+    try:
+        fast.prefix_stats.reset()
+        out = fast.generate(reqs)
+        assert fast.prefix_stats.rows == 0
+        for req, o in zip(reqs, out):
+            _assert_same_completion(o, slow.generate_one(req))
+    finally:
+        for be in (fast, slow):
+            be.net.generation_config.exponential_decay_length_penalty = None
+    fast.prefix_stats.reset()
+    fast.generate(reqs)
+    assert fast.prefix_stats.rows == len(reqs)  # back on the fast path
+
+
+def test_a_prompt_opening_with_the_image_does_not_leave_a_stale_head(tiny_llava_dir: Path, example_images) -> None:
+    """A group with no tokens before the image writes its prefix from slot 0; the next group with
+    the earlier system sentence must compute that sentence again, not reuse what was overwritten."""
+    from tokenizers import processors
+
+    be = HFBackend(str(tiny_llava_dir), dtype="float64", chat_format="template")
+    be.processor.chat_template = (
+        "{% for m in messages %}{% if m['role'] == 'system' %}{{ m['content'][0]['text'] }} {% elif m['role'] == 'user' %}"
+        "{% for it in m['content'] %}{% if it['type'] == 'image' %}<image>\n{% else %}{{ it['text'] }}{% endif %}{% endfor %}{% endif %}{% endfor %} ASSISTANT:"
+    )
+    be.tokenizer._tokenizer.post_processor = processors.TemplateProcessing(single="$A", pair="$A $B")  # no BOS
+    try:
+        a, b = (load_image(p) for p in example_images)
+        with_system = [_fleur_request(a, c) for c in CAPTIONS[:2]]
+        image_first = [Request((Message("user", get_template("fleur").render(caption=c), images=(b,)),), GenerationConfig(max_new_tokens=16, top_logprobs=5)) for c in CAPTIONS[2:4]]
+        assert be.format_prompt(image_first[0].messages).startswith("<image>")
+        first = be.generate(with_system)
+        be.generate(image_first)
+        be.prefix_stats.reset()
+        again = be.generate(with_system)
+        assert be.prefix_stats.rows == 2 and be.prefix_stats.head_reused == 0
+        for x, y in zip(again, first):
+            _assert_same_completion(x, y, tol=1e-10)
     finally:
         be.close()

@@ -52,24 +52,24 @@ grows with the square of a chunk's tokens)."""
 MAX_DRAFT = 4
 """Longest answer draft appended to the suffixes."""
 
-# Generation-config settings that change greedy decoding; the fast path decodes without any
-# logits processor, so a model that sets one of these goes through ``generate``.
-_PROCESSOR_SETTINGS = {
-    "repetition_penalty": 1.0,
-    "no_repeat_ngram_size": 0,
-    "min_length": 0,
-    "min_new_tokens": None,
-    "bad_words_ids": None,
-    "suppress_tokens": None,
-    "begin_suppress_tokens": None,
-    "forced_bos_token_id": None,
-    "forced_eos_token_id": None,
-    "sequence_bias": None,
-    "encoder_repetition_penalty": 1.0,
-    "renormalize_logits": False,
-}
+MAX_PACKED_TOKENS = 4096
+"""Most suffix and draft tokens packed into one chunk (bounds the attention mask, and with eager
+attention the score matrix, whatever the captions' length)."""
 
-
+# Generation-config fields that leave greedy decoding as the fast path does it (no logits
+# processor, stop at an end-of-sequence id or ``max_new_tokens``); the backend's greedy call sets
+# do_sample, num_beams and the sampling knobs itself. Any other field that differs from its default
+# (a repetition penalty, a length penalty, stop strings, bad words, a watermark, ...) sends the
+# request through ``generate``.
+_NEUTRAL_GENERATION_FIELDS = frozenset(
+    {
+        "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id",
+        "max_length", "max_new_tokens", "do_sample", "num_beams", "num_return_sequences",
+        "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
+        "use_cache", "cache_implementation", "output_scores", "output_logits", "return_dict_in_generate",
+        "output_attentions", "output_hidden_states", "transformers_version", "_from_model_config",
+    }
+)  # fmt: skip
 @dataclass
 class PrefixStats:
     """Counters of the fast path (for tests and benchmarks)."""
@@ -160,12 +160,27 @@ class PrefixReuser:
         if attn not in ("sdpa", "eager"):  # the packed layout needs a custom 4D attention mask
             log.info("prefix reuse off: attention implementation %r takes no custom 4D mask", attn)
             return False
-        gc = getattr(net, "generation_config", None)
-        for name, neutral in _PROCESSOR_SETTINGS.items():
-            value = getattr(gc, name, neutral)
-            if value not in (neutral, None) and not (isinstance(value, (list, tuple)) and not value):
-                log.info("prefix reuse off: the model's generation config sets %s=%r", name, value)
-                return False
+        window = getattr(text_config, "sliding_window", None)
+        layer_types = getattr(text_config, "layer_types", None) or ()
+        if (window and getattr(text_config, "use_sliding_window", True)) or any("sliding" in str(t) for t in layer_types):
+            log.info("prefix reuse off: the text model uses sliding-window attention")
+            return False
+        return True
+
+    def _generation_config_neutral(self) -> bool:
+        """Whether the model's generation config (read at every call: it may be changed) sets only
+        fields that leave greedy decoding as the fast path does it."""
+        gc = getattr(self.backend.net, "generation_config", None)
+        if gc is None:
+            return True
+        try:
+            changed = set(gc.to_diff_dict())
+        except Exception:  # noqa: BLE001 - an unreadable config is not worth the risk
+            return False
+        odd = sorted(changed - _NEUTRAL_GENERATION_FIELDS)
+        if odd:
+            log.info("prefix reuse off for this call: the model's generation config sets %s", ", ".join(odd))
+            return False
         return True
 
     def eligible(self, request: Request) -> bool:
@@ -179,7 +194,7 @@ class PrefixReuser:
 
     def plan(self, requests: Sequence[Request]) -> list[list[int]]:
         """Indices of the eligible requests grouped by image content (first-seen order)."""
-        if not self._supported:
+        if not self._supported or not self._generation_config_neutral():
             return []
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
@@ -199,6 +214,7 @@ class PrefixReuser:
             try:
                 answers = self._run_group([requests[i] for i in group])
             except Exception as exc:  # noqa: BLE001 - the ordinary path retries the group
+                self.release()  # free the buffers (an out-of-memory error) before the retry
                 log.info("prefix reuse failed for a group of %d (%s: %s); using plain generate", len(group), type(exc).__name__, exc)
                 continue
             if answers is None:
@@ -259,8 +275,7 @@ class PrefixReuser:
             self._prefix_cache(seqs[fits[0]][:p], pixel_values, seqs[fits[0]].index(image_id))
             self.stats.groups += 1
             self.stats.prefix_forwards += 1
-            for start in range(0, len(fits), self.max_rows):
-                chunk = fits[start : start + self.max_rows]
+            for chunk in self._chunks(fits, [len(seqs[i]) - p for i in fits]):
                 rows = [
                     _Row(index=i, request=reqs[i], suffix=seqs[i][p:], n_prompt=len(seqs[i]), gen=[], logits=[])
                     for i in chunk
@@ -272,6 +287,20 @@ class PrefixReuser:
                     answers[row.index] = be.completion_from_ids(row.gen, logits, cfg, row.n_prompt)
                 self._learn_draft(rows)
         return answers  # type: ignore[return-value]
+
+    def _chunks(self, indices: list[int], suffix_lengths: list[int]) -> list[list[int]]:
+        """Consecutive runs of at most ``max_rows`` requests and ``MAX_PACKED_TOKENS`` packed
+        tokens (drafts counted at their longest); a run holds at least one request."""
+        chunks: list[list[int]] = []
+        tokens = 0
+        for i, n in zip(indices, suffix_lengths):
+            n += MAX_DRAFT
+            if not chunks or len(chunks[-1]) >= self.max_rows or tokens + n > MAX_PACKED_TOKENS:
+                chunks.append([])
+                tokens = 0
+            chunks[-1].append(i)
+            tokens += n
+        return chunks
 
     def _prefix_cache(self, prefix: list[int], pixel_values: Any, first_image: int) -> None:
         """Fill the arena's first ``len(prefix)`` slots with the shared prefix's keys and values.
@@ -285,6 +314,8 @@ class PrefixReuser:
         dev = be.device
         head = tuple(prefix[:first_image])
         start = 0
+        if not head:
+            self._head = ()  # the prefix below is written from slot 0, over any kept head
         if head and head == self._head:
             self._arena.cache(len(head))
             if self._arena.length == len(head):  # else the buffers were replaced or released
@@ -345,7 +376,7 @@ class PrefixReuser:
         """Additive 4D attention mask (1, 1, queries, P + slots): every query sees the whole shared
         prefix, and of the slots after it those ``allowed`` marks."""
         torch = self.backend._torch
-        dtype = self.backend.net.dtype
+        dtype = self.backend.net.get_input_embeddings().weight.dtype  # the dtype attention runs in
         mask = torch.zeros((1, 1, allowed.shape[0], p + allowed.shape[1]), dtype=dtype, device=allowed.device)
         mask[0, 0, :, p:].masked_fill_(~allowed, torch.finfo(dtype).min)
         return mask
