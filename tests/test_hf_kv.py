@@ -51,3 +51,14 @@ def test_another_dtype_or_width_starts_over_and_release_frees() -> None:
     assert keys.dtype == torch.float64 and keys.shape[2] == 2 and arena.length == 2
     arena.release()
     assert arena.length == 0 and arena.cache(5).get_seq_length(0) == 0
+
+
+def test_trim_frees_buffers_grown_by_an_unusually_long_use() -> None:
+    arena = KVArena(1)
+    arena.cache(0).update(*_kv(3000, 1), 0)  # a long-answer call
+    assert arena.capacity >= 3000 and not arena.trim()  # its own peak: kept
+    assert not arena.trim()  # unused since: kept
+    arena.cache(0).update(*_kv(700, 2), 0)  # a usual call needs far less
+    assert arena.trim() and arena.capacity == 0
+    arena.cache(0).update(*_kv(700, 3), 0)
+    assert not arena.trim() and arena.capacity == 700  # steady state: kept

@@ -31,6 +31,7 @@ def _layer_class() -> Any:
             self.buf_k: Any = None
             self.buf_v: Any = None
             self.length = 0
+            self.peak = 0  # most slots filled since the arena's last trim
 
         def truncate(self, length: int) -> None:
             """Keep the first ``length`` slots (at most those filled); later writes go after them."""
@@ -65,6 +66,7 @@ def _layer_class() -> Any:
             self.buf_k[:, :, n : n + m] = key_states
             self.buf_v[:, :, n : n + m] = value_states
             self.length = n + m
+            self.peak = max(self.peak, self.length)
             self.keys = self.buf_k[:, :, : self.length]
             self.values = self.buf_v[:, :, : self.length]
             return self.keys, self.values
@@ -94,6 +96,25 @@ class KVArena:
     def length(self) -> int:
         """Slots filled (the same in every layer after a complete forward)."""
         return min((layer.length for layer in self._layers), default=0)
+
+    @property
+    def capacity(self) -> int:
+        """Slots the buffers can hold without growing."""
+        return max((layer.buf_k.shape[-2] for layer in self._layers if layer.buf_k is not None), default=0)
+
+    def trim(self, factor: float = 2.0, slack: int = 1024) -> bool:
+        """Free the buffers when they hold over ``factor`` times the most slots used since the last
+        trim (plus ``slack``): one long-answer group must not pin its memory for a whole run. An
+        arena unused since the last trim is kept. Returns whether the buffers were freed."""
+        peak = max((layer.peak for layer in self._layers), default=0)
+        if not peak:  # unused since the last trim: nothing to judge by
+            return False
+        for layer in self._layers:
+            layer.peak = 0
+        if self.capacity > factor * peak + slack:
+            self.release()
+            return True
+        return False
 
     def release(self) -> None:
         """Free the buffers."""

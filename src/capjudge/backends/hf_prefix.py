@@ -221,6 +221,7 @@ class PrefixReuser:
                 continue
             for i, a in zip(group, answers):
                 out[i] = a
+        self._arena.trim()  # buffers grown by an unusually long call are not kept for the next
         return out
 
     # ------------------------------------------------------------------ tokenization
