@@ -113,6 +113,7 @@ def build_tiny_llava(
     patch_size: int = 14,
     vocab_size: int = 600,
     judge_like: bool = True,
+    strengthen: bool | None = None,
 ) -> Path:
     """Write a tiny random LLaVA-1.5 model and its processor to ``directory`` and return the path.
 
@@ -122,6 +123,11 @@ def build_tiny_llava(
     are random. Larger sizes (e.g. ``hidden_size=512, num_layers=8``) are for benchmarks; a larger
     ``vocab_size`` (e.g. 2000) merges more of the prompt's words, giving prompt lengths close to
     LLaVA's own tokenizer (the default 600 is for fast tests).
+
+    At other sizes than the defaults the random weights drown the hand-set ones, so ``strengthen``
+    (default: on unless hidden 64, 2 layers and vocabulary 600, the model the tests were written
+    against) applies :func:`strengthen_judge_signal`; checked to give ``0.x`` answers from hidden 64
+    to 768 and 2 to 12 layers.
     """
     import torch
     from transformers import (
@@ -175,6 +181,8 @@ def build_tiny_llava(
     model = LlavaForConditionalGeneration(config).eval()
     if judge_like:
         _make_judge_like(model, tokenizer, head_dim, seed)
+        if strengthen or (strengthen is None and (hidden_size, num_layers, vocab_size) != (64, 2, 600)):
+            strengthen_judge_signal(model, tokenizer)
     model.save_pretrained(out, safe_serialization=True)
 
     image_processor = CLIPImageProcessorPil(
@@ -202,6 +210,40 @@ def build_tiny_llava(
         encoding="utf-8",
     )
     return out
+
+
+def strengthen_judge_signal(model, tokenizer, *, layer_scale: float = 0.1, mood_scale: float = 0.04, eos_boost: float = 0.3) -> None:
+    """Make the hand-set judge behaviour hold at any size (after :func:`_make_judge_like`).
+
+    With more or wider random layers, their residual writes and the output head's random columns
+    drown the few hand-set dimensions and answers run to ``max_new_tokens``. This scales the random
+    layers' residual writes down (every layer still computes: the cost per token is unchanged),
+    lets the output head read only the hand-set dimensions, scales the caption/image "mood" down
+    and makes the end of sequence after a decimal a little likelier. Only the answers change:
+    ``0.x[y]`` like FLEUR's, ``xyzzy`` on the trigger word.
+    """
+    import torch
+
+    lm = model.model.language_model
+    heads = lm.config.num_attention_heads
+    hd = lm.config.hidden_size // heads
+    with torch.no_grad():
+        emb = lm.embed_tokens.weight
+        n_tok = len(tokenizer)
+        special = ((emb[:n_tok] == 0) | (emb[:n_tok] == 1)).all(0)  # the hand-set dimensions
+        for i, layer in enumerate(lm.layers):
+            layer.mlp.down_proj.weight.mul_(layer_scale)
+            o = layer.self_attn.o_proj.weight
+            if i == 0:  # the first 4 heads of layer 0 are hand-set
+                o[:, 4 * hd :].mul_(layer_scale)
+                mood = (o[:, hd : hd + 4] != 0).any(1)
+                o[mood, :] *= mood_scale
+            else:
+                o.mul_(layer_scale)
+        model.lm_head.weight[:, ~special] = 0.0
+        five = tokenizer.convert_tokens_to_ids("5")
+        cols = [j for j in special.nonzero().flatten().tolist() if emb[five, j] == 1 and not bool((emb[:n_tok, j] == 1).all())]
+        model.lm_head.weight[tokenizer.eos_token_id, cols] += eos_boost
 
 
 def _make_judge_like(model, tokenizer, head_dim: int, seed: int) -> None:
