@@ -167,3 +167,20 @@ def test_digit_probabilities_are_exact_full_softmax(hf_backend, example_images) 
     assert step.top[0][1] >= step.top[-1][1]
     assert sum(pow(2.718281828459045, x) for x in step.digits) <= 1.0 + 1e-6
     assert step.logprob == pytest.approx(step.top[0][1])  # greedy: the chosen token is the top one
+
+
+def test_tiny_model_answers_like_a_judge_at_another_size(tmp_path: Path, example_images) -> None:
+    """The benchmark relies on the tiny model keeping its judge behaviour when made larger."""
+    from capjudge.backends.hf import HFBackend
+    from capjudge.testing.tiny_llava import build_tiny_llava
+
+    model_dir = build_tiny_llava(tmp_path / "m", hidden_size=256, num_layers=4, vocab_size=2000)
+    backend = HFBackend(str(model_dir))
+    try:
+        captions = ["a cat.", "two cats lying on a white bed.", "a dog xyzzy on the grass."]
+        results = list(Judge("fleur", backend).score_many([Sample(example_images[i % 2], c) for i, c in enumerate(captions)]))
+    finally:
+        backend.close()
+    assert [r.smoothed for r in results] == [True, True, False]
+    assert all(r.raw.startswith("0.") and 0.0 <= r.score <= 1.0 for r in results[:2])
+    assert results[2].raw == "xyzzy" and results[2].status == "error"
