@@ -6,8 +6,8 @@ the instructions up to the caption). :class:`PrefixReuser` computes that prefix'
 custom 4D attention mask lets each suffix see the shared prefix and its own earlier tokens only,
 each token with its own RoPE position. Then it decodes greedily the same way, one new token per
 unfinished row per step. No padding is computed and the prefix cache is never copied per row
-(the earlier layout, a batch of K rows each holding a copy of the prefix cache, spent ~40% more
-time on the suffixes at K = 5 and K copies of the cache in memory).
+(the earlier layout, a batch of K rows each holding a copy of the prefix cache, spent ~1.6x the
+time on the suffixes at K = 5 and held K copies of the cache in memory).
 
 Layout of one chunk of rows in the (batch 1) KV cache, slots left to right::
 
@@ -70,6 +70,8 @@ _NEUTRAL_GENERATION_FIELDS = frozenset(
         "output_attentions", "output_hidden_states", "transformers_version", "_from_model_config",
     }
 )  # fmt: skip
+
+
 @dataclass
 class PrefixStats:
     """Counters of the fast path (for tests and benchmarks)."""
