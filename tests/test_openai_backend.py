@@ -462,7 +462,9 @@ def test_judge_fleur_on_fake_server_end_to_end(tmp_path: Path) -> None:
         # P(d2)=P(d2+1)=e^-0.6931 (mod 10): the smoothed score by hand.
         d1, d2 = int(result.raw[2]), int(result.raw[3])  # type: ignore[index]
         p1, q1, p2 = math.exp(-0.3567), math.exp(-1.204), math.exp(-0.6931)
-        by_hand = 0.1 * (d1 * p1 + ((d1 + 1) % 10) * q1) + 0.01 * (d2 * p2 + ((d2 + 1) % 10) * p2)
+        by_hand = 0.1 * (d1 * p1 + ((d1 + 1) % 10) * q1)
+        if d2 != 0:  # FLEUR's code: "0.x0" is "0.x", its second decimal does not count
+            by_hand += 0.01 * (d2 * p2 + ((d2 + 1) % 10) * p2)
         assert result.score == pytest.approx(by_hand, abs=1e-9)
         assert srv.received[0].body["top_logprobs"] == 20
         judge.close()

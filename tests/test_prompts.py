@@ -1,4 +1,9 @@
-"""Every paper template renders to the paper's prompt text (compared with the seeds' own text)."""
+"""Every paper template renders to the paper's prompt text (compared with the seeds' own text).
+
+These comparisons collapse whitespace: the papers' extracted text lost its line breaks, so it
+cannot say where they were. Layout is checked byte for byte against the official code, whose
+strings are exact, in test_official_fidelity.py.
+"""
 
 from __future__ import annotations
 

@@ -30,12 +30,12 @@ def _console(stderr: bool = True) -> Any:
     return Console(stderr=stderr, highlight=False)
 
 
-def _parse_options(items: Sequence[str] | None) -> dict[str, Any]:
+def _parse_options(items: Sequence[str] | None, flag: str = "--backend-opt") -> dict[str, Any]:
     """``--backend-opt key=value`` pairs (values stay strings; backends convert what they need)."""
     out: dict[str, Any] = {}
     for item in items or ():
         if "=" not in item:
-            raise UsageError(f"--backend-opt expects KEY=VALUE, got {item!r}")
+            raise UsageError(f"{flag} expects KEY=VALUE, got {item!r}")
         k, v = item.split("=", 1)
         out[k.strip().replace("-", "_")] = v
     return out
@@ -118,6 +118,7 @@ def _make_judge(args: argparse.Namespace, method: Any) -> Any:
             batch_size=args.batch_size,
             max_new_tokens=getattr(args, "max_new_tokens", None),
             backend_options=options,
+            method_options=_parse_options(getattr(args, "method_option", None), "--method-option"),
         )
     except ValueError as exc:
         # Bad option values (a concurrency of 0, an unknown price, ...) are usage errors; the
@@ -153,6 +154,7 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
     p.add_argument("--template-file", default=None, help="run the method with your own Jinja template file (sandboxed)")
     p.add_argument("--system", default="auto", help="system turn: auto (paper default for local LLaVA), none, llava_v1, or your own sentence")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override the method's answer length (tokens)")
+    p.add_argument("--method-option", action="append", metavar="KEY=VALUE", help="method option, repeatable: second_decimal=official|printed (FLEUR smoothing), no_number=error|zero (VisCE2 *-code), temperature=T")
     p.add_argument("--batch-size", type=int, default=64, help="samples handed to the backend together (default 64)")
     p.add_argument("--backend-opt", action="append", metavar="KEY=VALUE", help="backend option, repeatable (device=cuda, dtype=float16, concurrency=16, ...)")
     p.add_argument("--cache-dir", default=None, help="response cache folder (default: $CAPJUDGE_CACHE_DIR or ~/.cache/capjudge)")
@@ -320,18 +322,71 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 # ------------------------------------------------------------------------------------- methods
-def _cmd_methods(args: argparse.Namespace) -> int:
-    from rich.table import Table
+_PARSERS = {"rules": "capjudge rules", "first-integer": "first integer", "fleur-code": "FLEUR code digits"}
 
+
+def _method_rows() -> list[dict[str, Any]]:
     from capjudge.prompts.registry import get_method, list_methods
+    from capjudge.prompts.sources import SOURCES
 
-    table = Table(title="capjudge methods")
-    for col in ("method", "kind", "scale", "steps", "smoothing", "refs", "source"):
-        table.add_column(col)
+    rows = []
     for name in list_methods():
         m = get_method(name)
-        table.add_row(name, m.kind, f"{m.scale[0]:g}-{m.scale[1]:g}", "2" if m.two_step else "1", "yes" if m.smoothing else "", "yes" if m.needs_references else "", m.paper)
-    _console(stderr=False).print(table)
+        src = SOURCES[m.source]
+        rows.append(
+            {
+                "method": name,
+                "kind": m.kind,
+                "scale": "verdict" if m.kind == "pairwise" else f"{m.scale[0]:g}-{m.scale[1]:g}",
+                "steps": 2 if m.two_step else 1,
+                "references": m.needs_references,
+                "smoothing": m.smoothing,
+                "parse": _PARSERS[m.parser],
+                "decoding": m.decoding(),
+                "options": {k: m.options[k] for k in sorted(m.options)},
+                "source": src.short,
+                "where": m.paper,
+                "source_title": src.title,
+                "source_url": src.url,
+                "description": m.description,
+            }
+        )
+    return rows
+
+
+def _cmd_methods(args: argparse.Namespace) -> int:
+    import json
+
+    rows = _method_rows()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+        return EXIT_OK
+    # Plain lines, never shortened: full names at any terminal width, also when piped.
+    width = max(len(r["method"]) for r in rows)
+    for r in rows:
+        what = [r["kind"], "verdict A, B or tie" if r["kind"] == "pairwise" else f"scale {r['scale']}"]
+        if r["steps"] == 2:
+            what.append("two steps")
+        if r["references"]:
+            what.append("needs references")
+        if r["smoothing"]:
+            what.append("smoothed")
+        print(f"{r['method']:<{width}}  {', '.join(what)}")
+        pad = " " * (width + 2)
+        print(f"{pad}source:   {r['source']}, {r['where']}")
+        print(f"{pad}decoding: {r['decoding']}; parse: {r['parse']}")
+        if r["options"]:
+            print(f"{pad}options:  {', '.join(f'{k}={v}' for k, v in r['options'].items())} (default)")
+    print()
+    print("Sources:")
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r["source_url"]:
+            seen.setdefault(r["source"], f"{r['source_title']}, {r['source_url']}")
+    for short, cite in seen.items():
+        print(f"  {short}: {cite}")
+    print("Method options: --method-option KEY=VALUE; every method also takes temperature=T.")
     return EXIT_OK
 
 
@@ -362,7 +417,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p, method_default="gpt4v-pairwise")
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption_a, caption_b[, id]")
     p.add_argument("--out", required=True, help="results JSONL")
-    p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: ask both orders and vote (seed 003); grading: higher single score wins; auto: by method")
+    p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: ask both orders and vote (the GPT-4V evaluator paper); grading: higher single score wins; auto: by method")
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("explain", help="score and ask the judge why (FLEUR's follow-up)")
@@ -375,7 +430,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON records")
     p.set_defaults(func=_cmd_explain)
 
-    p = sub.add_parser("methods", help="list the judging methods")
+    p = sub.add_parser("methods", help="list the judging methods: source, decoding, parsing, options")
+    p.add_argument("--json", action="store_true", help="one JSON object per method")
     p.set_defaults(func=_cmd_methods)
 
     p = sub.add_parser("demo", help="run the full pipeline on the bundled example images")

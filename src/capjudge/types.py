@@ -139,7 +139,7 @@ class PairResult:
     """The outcome of comparing two captions of one image.
 
     ``verdict`` is ``"A"`` (``caption_a`` better), ``"B"`` or ``"tie"``; ``votes`` holds the verdict of
-    each order asked, already mapped back to A/B (dual-sided comparison, seed 003), or the two scores
+    each order asked, already mapped back to A/B (dual-sided comparison, the GPT-4V evaluator paper), or the two scores
     when the comparison was made by single grading (``mode="grading"``).
     """
 

@@ -63,6 +63,10 @@ class HFBackend(Backend):
     prefix_reuse:
         Score the captions of one image from one shared prefix computation (default on; see
         :mod:`capjudge.backends.hf_prefix`); results equal independent decoding.
+    load_4bit:
+        Load the weights in 4 bits with bitsandbytes, with the settings of LLaVA's own loader
+        (NF4, double quantisation, float16 compute), as the VisCE2 code's released runs did. Needs
+        ``bitsandbytes`` and ``accelerate`` (and, for most bitsandbytes builds, a CUDA GPU).
     """
 
     kind = "hf"
@@ -80,12 +84,16 @@ class HFBackend(Backend):
         local_files_only: bool | None = None,
         attn_implementation: str | None = None,
         trust_remote_code: bool = False,
+        load_4bit: bool = False,
     ) -> None:
         try:
             import torch
             import transformers
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise BackendError("the hf backend needs torch and transformers: pip install 'capjudge[hf]'") from exc
+        self.load_4bit = as_bool(load_4bit, "load_4bit")
+        if self.load_4bit:
+            check_4bit_packages()  # before anything is read from disk
         self._torch = torch
         self.model = model
         self.spec = f"hf:{model}"
@@ -113,6 +121,9 @@ class HFBackend(Backend):
             model_kwargs: dict[str, Any] = {"dtype": getattr(torch, self.dtype_name), **kwargs}
             if attn_implementation:
                 model_kwargs["attn_implementation"] = attn_implementation
+            if self.load_4bit:
+                model_kwargs["quantization_config"] = transformers.BitsAndBytesConfig(**llava_4bit_settings(torch))
+                model_kwargs["device_map"] = {"": str(self.device)}
             self._attn_implementation = attn_implementation
             try:
                 net: Any = transformers.AutoModelForImageTextToText.from_pretrained(model, **model_kwargs)
@@ -123,7 +134,8 @@ class HFBackend(Backend):
                 f"could not load HF model {model!r}: {exc}. Give a local folder, or download the model "
                 "first (huggingface-cli download ...); capjudge never downloads weights itself when offline."
             ) from exc
-        self.net = net.to(self.device).eval()
+        # A quantised model is placed by its device_map and cannot be moved.
+        self.net = (net if self.load_4bit else net.to(self.device)).eval()
         self.tokenizer = self.processor.tokenizer
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
@@ -181,6 +193,8 @@ class HFBackend(Backend):
 
     def _make_identity(self) -> dict[str, Any]:
         ident: dict[str, Any] = {"kind": self.kind, "model": self.model, "dtype": self.dtype_name, "pad_square": self.pad_square, "chat_format": self.chat_format, "attn": self._attn_implementation}
+        if self.load_4bit:
+            ident["quantization"] = "bnb-nf4-double-fp16"
         path = Path(self.model)
         if path.is_dir():
             h = hashlib.sha256()
@@ -356,11 +370,34 @@ def from_spec(spec: BackendSpec, **options: Any) -> HFBackend:
     if "batch_size" in options:
         options["batch_size"] = as_int(options["batch_size"], "batch_size")
     # Options from a spec or --backend-opt arrive as text: "false" must not be truthy.
-    for name in ("trust_remote_code", "local_files_only", "pad_square", "prefix_reuse"):
+    for name in ("trust_remote_code", "local_files_only", "pad_square", "prefix_reuse", "load_4bit"):
         if name in options and options[name] is not None:
             options[name] = as_bool(options[name], name)
     backend = HFBackend(spec.target, **options)
     return backend
+
+
+def llava_4bit_settings(torch: Any) -> dict[str, Any]:
+    """The ``BitsAndBytesConfig`` of LLaVA's ``load_pretrained_model(load_4bit=True)``
+    (``llava/model/builder.py``), which the VisCE2 code's ``llava_v15.py`` calls."""
+    return {
+        "load_in_4bit": True,
+        "bnb_4bit_compute_dtype": torch.float16,
+        "bnb_4bit_use_double_quant": True,
+        "bnb_4bit_quant_type": "nf4",
+    }
+
+
+def check_4bit_packages() -> None:
+    """Raise a :class:`BackendError` with the install command when 4-bit loading cannot work."""
+    import importlib.util
+
+    missing = [name for name in ("bitsandbytes", "accelerate") if importlib.util.find_spec(name) is None]
+    if missing:
+        raise BackendError(
+            f"load_4bit=true needs {' and '.join(missing)}: pip install {' '.join(missing)} "
+            "(bitsandbytes' 4-bit kernels need a CUDA GPU on most builds); or drop load_4bit to load in float16"
+        )
 
 
 def _at_least_float32(torch: Any, x: Any) -> Any:

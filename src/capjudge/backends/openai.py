@@ -587,7 +587,7 @@ class SamplingEstimate:
 
 def estimate_by_sampling(backend: Backend, request: Request, n: int = 20, *, temperature: float = 1.0, parse: Callable[[str], float | None] = fleur_score) -> SamplingEstimate:
     """Estimate a judge's score distribution by sampling ``n`` answers at ``temperature`` (G-Eval,
-    seed 004 Sec. 5.2.2): the fallback for models that give no log-probabilities. Costs ``n`` calls
+    the FLEUR paper Sec. 5.2.2): the fallback for models that give no log-probabilities. Costs ``n`` calls
     (fewer when a :class:`~capjudge.backends.cache.CachedBackend` holds some)."""
     return SamplingEstimate.from_outputs(backend.generate(sampling_requests(request, n, temperature=temperature)), parse)
 

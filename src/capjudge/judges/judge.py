@@ -17,9 +17,15 @@ from capjudge.backends.base import Backend, Completion, GenerationConfig, Messag
 from capjudge.backends.registry import load_backend
 from capjudge.images import ImageError, LoadedImage, load_image
 from capjudge.judges import pairwise
-from capjudge.judges.smoothing import SCORE_PATTERN, smooth_from_steps
+from capjudge.judges.smoothing import (
+    SCORE_PATTERN,
+    CodeSearchError,
+    smooth_by_code_search,
+    smooth_from_steps,
+)
 from capjudge.parsing import parse_score_details, parse_score_list
 from capjudge.parsing._text import clean, coerce_text
+from capjudge.parsing.official import first_integer, fleur_code_number
 from capjudge.prompts.registry import Method, TemplateError, get_method, get_template
 from capjudge.types import (
     ImageInput,
@@ -107,6 +113,10 @@ class Judge:
         Alternatives asked per generated token when the method smooths (API backends cap it).
     max_new_tokens:
         Override of the method's answer length.
+    method_options:
+        Method options (:meth:`capjudge.prompts.Method.configure`): ``second_decimal`` for
+        FLEUR-style smoothing, ``no_number`` for the VisCE2 code's first-integer methods,
+        ``temperature`` for any method.
     backend_options:
         Keyword options for :func:`capjudge.load_backend` when ``backend`` is a spec string.
     """
@@ -124,8 +134,9 @@ class Judge:
         top_logprobs: int = 20,
         max_new_tokens: int | None = None,
         backend_options: dict[str, Any] | None = None,
+        method_options: dict[str, Any] | None = None,
     ) -> None:
-        self.method = get_method(method)
+        self.method = get_method(method).configure(method_options)
         inner = load_backend(backend, **(backend_options or {}))
         if cache_dir is not None:
             from capjudge.backends.cache import CachedBackend
@@ -179,18 +190,23 @@ class Judge:
             msgs.append(Message("user", prompt, images=(image,)))
         return tuple(msgs)
 
-    def _config(self, max_new_tokens: int, logprobs: bool) -> GenerationConfig:
+    def _config(self, max_new_tokens: int, logprobs: bool, temperature: float = 0.0) -> GenerationConfig:
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens or max_new_tokens,
-            temperature=0.0,
+            temperature=temperature,
             top_logprobs=self.top_logprobs if logprobs else 0,
         )
 
+    def _caption(self, text: str) -> str:
+        """The caption as the method's code puts it into the prompt: FLEUR's code collapses its
+        whitespace, VisCE2's code passes it as it is. References go in as they are (both codes)."""
+        return normalize_caption(text) if self.method.normalize_caption else str(text)
+
     def _score_request(self, prep: _Prepared) -> Request:
         tpl = get_template(self.method.template)
-        prompt = tpl.render(caption=normalize_caption(prep.sample.caption), references=list(prep.sample.references), context=prep.context or "")
+        prompt = tpl.render(caption=self._caption(prep.sample.caption), references=list(prep.sample.references), context=prep.context or "")
         assert prep.image is not None
-        return Request(self._messages(prompt, prep.image), self._config(self.method.max_new_tokens, self.method.smoothing))
+        return Request(self._messages(prompt, prep.image), self._config(self.method.max_new_tokens, self.method.smoothing, self.method.temperature))
 
     # ------------------------------------------------------------------ preparation
     def _prepare(self, index: int, sample: Sample | dict[str, Any], images: dict[Any, LoadedImage | str] | None = None) -> _Prepared:
@@ -254,7 +270,8 @@ class Judge:
         if todo:
             prompt = tpl.render()
             shas = list(todo)
-            reqs = [Request(self._messages(prompt, todo[s]), self._config(self.method.context_max_new_tokens, False)) for s in shas]
+            cfg = self._config(self.method.context_max_new_tokens, False, self.method.context_temperature)
+            reqs = [Request(self._messages(prompt, todo[s]), cfg) for s in shas]
             failures: dict[str, str] = {}
             for sha, out in zip(shas, self.backend.generate(reqs)):
                 if isinstance(out, BaseException):
@@ -282,22 +299,29 @@ class Judge:
             return self._error(prep, f"sample {_sample_id(prep.sample, prep.index)}: the answer could not be parsed: {type(exc).__name__}: {exc}", raw=out.text)
 
     def _parse(self, prep: _Prepared, out: Completion) -> ScoreResult:
-        low, high = self.method.scale
-        parsed = parse_score_details(out.text, low=low, high=high)
         details: dict[str, Any] = {"cached": out.cached}
         if out.usage is not None:
             details["usage"] = {"prompt_tokens": out.usage.prompt_tokens, "completion_tokens": out.usage.completion_tokens}
         if out.meta:
             details["backend_meta"] = out.meta
+        if self.method.options:
+            details["method_options"] = dict(self.method.options)
+        if self.method.parser == "first-integer":
+            return self._parse_first_integer(prep, out, details)
+        if self.method.parser == "fleur-code":
+            return self._parse_fleur_code(prep, out, details)
+        low, high = self.method.scale
+        parsed = parse_score_details(out.text, low=low, high=high)
         if self.method.smoothing:
-            sm = smooth_from_steps(out.steps, expected=parsed.value, occurrence=_occurrence(out.text, parsed)) if out.steps and parsed.value is not None else None
+            second = self.method.options.get("second_decimal", "official")
+            sm = smooth_from_steps(out.steps, expected=parsed.value, occurrence=_occurrence(out.text, parsed), second_decimal=second) if out.steps and parsed.value is not None else None
             if sm is not None:
                 details["digit_probs"] = {"first": sm.first, "second": sm.second, "units": sm.units}
                 return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
             est = (out.meta or {}).get("sampling_estimate")
             if isinstance(est, dict) and est.get("mean") is not None:
                 # No log-probabilities: the expected score is estimated from N sampled answers
-                # (G-Eval style, seed 004 Sec. 5.2.2): the mean of their parsed scores.
+                # (G-Eval style, the FLEUR paper Sec. 5.2.2): the mean of their parsed scores.
                 score = float(est["mean"])
                 details["smoothing"] = f"estimated by sampling {est.get('calls', '?')} answers (no log-probabilities)"
                 return self._result(prep, score=score, raw_score=parsed.value, smoothed=True, raw=out.text, details=details)
@@ -309,6 +333,38 @@ class Judge:
         if parsed.value is None:
             return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {_sample_id(prep.sample, prep.index)}: no score in the answer ({parsed.reason}): {_short(out.text)!r}", details=details)
         return self._result(prep, score=parsed.value, raw_score=parsed.value, smoothed=False, raw=out.text, details=details)
+
+    def _parse_first_integer(self, prep: _Prepared, out: Completion, details: dict[str, Any]) -> ScoreResult:
+        """The VisCE2 code's reading: the first integer of the answer, whatever it is."""
+        value = first_integer(out.text)
+        if value is None:
+            if self.method.options.get("no_number") == "zero":
+                details["fallback"] = "no number in the answer: scored 0, as the VisCE2 code does (no_number=zero)"
+                return self._result(prep, score=0.0, raw_score=None, smoothed=False, raw=out.text, details=details)
+            where = _sample_id(prep.sample, prep.index)
+            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: no number in the answer (the VisCE2 code would score 0; method option no_number=zero does the same): {_short(out.text)!r}", details=details)
+        low, high = self.method.scale
+        if not low <= value <= high:
+            details["outside_scale"] = True  # the code keeps it; so does this method
+        return self._result(prep, score=value, raw_score=value, smoothed=False, raw=out.text, details=details)
+
+    def _parse_fleur_code(self, prep: _Prepared, out: Completion, details: dict[str, Any]) -> ScoreResult:
+        """The FLEUR code's reading (digits and dots of the answer) and its positional search."""
+        where = _sample_id(prep.sample, prep.index)
+        parsed = fleur_code_number(out.text, out.finish_reason)
+        if parsed.value is None:
+            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: FLEUR's code reads no number from the answer (its digits and dots are {parsed.digits!r}): {_short(out.text)!r}", details=details)
+        if not 0.0 <= parsed.value <= 1.0:
+            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: FLEUR's code reads {parsed.digits.strip('.')!r} = {parsed.value:g}, outside 0-1 (its code skips such samples): {_short(out.text)!r}", details=details)
+        if not out.steps:
+            details["smoothing"] = "not applied: the backend gave no token probabilities (raw score)"
+            return self._result(prep, score=parsed.value, raw_score=parsed.value, smoothed=False, raw=out.text, details=details)
+        try:
+            sm = smooth_by_code_search(out.steps, parsed.value)
+        except CodeSearchError as exc:
+            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: FLEUR's code cannot smooth this answer ({exc}; its code would reuse the previous sample's score): {_short(out.text)!r}", details=details)
+        details["digit_probs"] = {"first": sm.first, "second": sm.second, "units": sm.units}
+        return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
 
     # ------------------------------------------------------------------ public API
     def score(self, sample: Sample | dict[str, Any]) -> ScoreResult:
@@ -461,7 +517,7 @@ class Judge:
 
         ``mode=None`` picks dual-sided ``"pairwise"`` (both orders asked, votes combined by
         :func:`~capjudge.judges.voting.dual_sided_vote`) for pairwise methods and ``"grading"``
-        (the higher single score wins, seed 003) for scoring methods. Never raises for bad input.
+        (the higher single score wins, the GPT-4V evaluator paper) for scoring methods. Never raises for bad input.
         """
         return pairwise.compare(self, image, caption_a, caption_b, mode=mode, references=references, id=id)
 

@@ -1,4 +1,4 @@
-"""Pairwise A/B comparison (seed 003): dual-sided voting, or single grading of both captions.
+"""Pairwise A/B comparison (the GPT-4V evaluator paper): dual-sided voting, or single grading of both captions.
 
 :class:`~capjudge.judges.judge.Judge` exposes these as ``Judge.compare`` and ``Judge.compare_many``.
 
@@ -62,7 +62,7 @@ def compare(
     """Which caption describes the image better: ``"A"``, ``"B"`` or ``"tie"``.
 
     ``mode=None`` picks dual-sided ``"pairwise"`` for pairwise methods and ``"grading"`` (the
-    higher single score wins, seed 003) for scoring methods. Never raises for bad input.
+    higher single score wins, the GPT-4V evaluator paper) for scoring methods. Never raises for bad input.
     """
     return next(iter(judge.compare_many([Pair(image, caption_a, caption_b, tuple(references), id)], mode=mode)))
 

@@ -1,4 +1,4 @@
-"""FLEUR score smoothing (seed 004, Sec. 3.2 and Appendix B).
+"""FLEUR score smoothing (the FLEUR paper, Sec. 3.2 and Appendix B, and its code, ``fleur.py``).
 
 The model writes a score such as ``0.85``. Smoothing replaces the printed decimals by their expected
 values under the model's own distribution over the digit tokens at those positions:
@@ -6,10 +6,19 @@ values under the model's own distribution over the digit tokens at those positio
 (not renormalised over the ten digits), as in FLEUR's code. For an answer of exactly ``1.0`` the
 distribution at the units digit is used instead: ``0.9 * P("0") + 1.0 * P("1")``.
 
-Positions follow FLEUR's intent (the first and second decimal digits of the printed score); FLEUR's
-code finds them by searching the generated ids for the printed digit, which picks the wrong step for
-answers such as ``0.10`` (its duplicate rule); here the printed score is located in the decoded
-token stream, which gives the same steps whenever FLEUR's search is right.
+Second decimal: FLEUR's code adds it only when ``len(str(float(answer))) > 3``, so ``0.80``,
+``0.10`` and ``0.00`` count as one-decimal answers; that is the default here
+(``second_decimal="official"``). ``second_decimal="printed"`` adds it whenever a second digit is
+printed (``0.80`` then adds ``0.01 * E[second digit]``).
+
+Positions: FLEUR's code finds the digits by searching the generated ids for the printed digit (the
+second occurrence of ``0`` for a first decimal ``0``, the second occurrence for any second
+decimal). That search finds the right steps for every answer with one or two decimals (``0.85``,
+``0.10``, ``0.00``, ``0.05``, ``0.55``) and the wrong ones for some answers with three or more
+(``0.155`` reads its second decimal at the third; ``0.005`` reads it at the first).
+:func:`smooth_from_steps` locates the printed score in the decoded tokens instead, which gives the
+same steps wherever the search is right and the right steps where it is not;
+:func:`smooth_by_code_search` is the code's search itself (method ``fleur-code``).
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from capjudge.backends.base import DIGITS, TokenStep
 
@@ -104,14 +114,29 @@ def _offset_in_stripped(step: TokenStep, raw_offset: int) -> int:
     return raw_offset - (len(text) - len(text.lstrip()))
 
 
-def smooth_from_steps(steps: Sequence[TokenStep], expected: float | None = None, occurrence: int = 0) -> Smoothed | None:
+def uses_second_decimal(printed: str) -> bool:
+    """FLEUR's code's test for a second decimal: ``len(str(float(printed))) > 3`` (``0.85`` yes;
+    ``0.8``, ``0.80``, ``0.10``, ``1.0`` no)."""
+    return len(str(float(printed))) > 3
+
+
+SecondDecimal = Literal["official", "printed"]
+
+
+def smooth_from_steps(
+    steps: Sequence[TokenStep],
+    expected: float | None = None,
+    occurrence: int = 0,
+    *,
+    second_decimal: SecondDecimal = "official",
+) -> Smoothed | None:
     """Locate the printed ``0.x[y]`` or ``1.0`` score in the generated tokens and smooth it.
 
     ``expected`` is the score the parser read from the answer: the number smoothed is that one
     (in "On a scale of 0.0 to 1.0, I'd give 0.7" it is 0.7, not the restated 0.0), and
     ``occurrence`` says which of the numbers with that value it is (0: the first; "... to 1.0, I'd
-    give 1.0" is occurrence 1). Returns ``None``
-    when the tokens hold no such score or carry no probabilities there (the caller then falls back to
+    give 1.0" is occurrence 1). ``second_decimal`` says when the second decimal counts (module
+    doc). Returns ``None`` when the tokens hold no such score or carry no probabilities there (the caller then falls back to
     the raw score and says so).
     """
     if not steps:
@@ -140,8 +165,63 @@ def smooth_from_steps(steps: Sequence[TokenStep], expected: float | None = None,
     if first is None:
         return None
     second = None
-    if d2 is not None:
+    if d2 is not None and (second_decimal == "printed" or uses_second_decimal(m.group(0))):
         pos2 = m.start(3)
         step2 = steps[owner[pos2]]
         second = digit_distribution(step2, _offset_in_stripped(step2, offset[pos2]))
     return Smoothed(score=expected_digit_score(first, second), raw_score=raw, first=first, second=second)
+
+
+class CodeSearchError(ValueError):
+    """FLEUR's code could not smooth this answer (it would have crashed, or reused the previous
+    sample's score)."""
+
+
+def _exact_digit_steps(steps: Sequence[TokenStep], digit: int) -> list[int]:
+    """The steps whose token is exactly the digit token (FLEUR's ``rate2token``: the bare digit,
+    not a digit with a leading space)."""
+    return [i for i, step in enumerate(steps) if _token_text(step.token) == DIGITS[digit]]
+
+
+def _probs_at(steps: Sequence[TokenStep], index: int) -> list[float]:
+    probs = digit_distribution(steps[index])
+    if probs is None:
+        raise CodeSearchError(f"step {index} carries no token probabilities")
+    return probs
+
+
+def smooth_by_code_search(steps: Sequence[TokenStep], score_check: float) -> Smoothed:
+    """FLEUR's code's smoothing of ``score_check`` (its reading of the answer), step for step.
+
+    The steps are found as ``fleur.py`` finds them: the generated tokens equal to the printed
+    digit; of several, the second for a first decimal ``0`` and the first otherwise, and the
+    second for the second decimal; for ``1.0`` the only ``1``. Where the code fails (no such
+    token, several ``1`` tokens) :class:`CodeSearchError` says why; the code itself then
+    reused the previous sample's score.
+    """
+    if not 0.0 <= score_check <= 1.0:
+        raise CodeSearchError(f"{score_check:g} is outside 0-1 (FLEUR's code skips such answers)")
+    text = str(score_check)
+    if score_check >= 1.0:
+        ones = _exact_digit_steps(steps, 1)
+        if len(ones) != 1:
+            raise CodeSearchError(f"FLEUR's code needs exactly one '1' token for a score of 1.0; the answer has {len(ones)}")
+        units = _probs_at(steps, ones[0])
+        return Smoothed(score=units_score(units), raw_score=score_check, units=units)
+    if "." not in text:
+        raise CodeSearchError(f"FLEUR's code cannot index the decimals of {text!r}")
+    d1 = int(text[text.index(".") + 1])
+    hits = _exact_digit_steps(steps, d1)
+    if not hits:
+        raise CodeSearchError(f"no '{d1}' token among the generated tokens")
+    pos1 = hits[0] if len(hits) == 1 else (hits[1] if d1 == 0 else hits[0])
+    first = _probs_at(steps, pos1)
+    second = None
+    if len(text) > 3:
+        d2 = int(text[text.index(".") + 2])
+        hits2 = _exact_digit_steps(steps, d2)
+        if not hits2:
+            raise CodeSearchError(f"no '{d2}' token among the generated tokens")
+        pos2 = hits2[0] if len(hits2) == 1 else hits2[1]
+        second = _probs_at(steps, pos2)
+    return Smoothed(score=expected_digit_score(first, second), raw_score=score_check, first=first, second=second)

@@ -1,4 +1,4 @@
-"""Combining verdicts: the dual-sided vote of seed 003 and comparison by single grading."""
+"""Combining verdicts: the dual-sided vote of the GPT-4V evaluator paper and comparison by single grading."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Reading listwise answers: one score per numbered candidate (seed 002, Fig. 4).
+"""Reading listwise answers: one score per numbered candidate (the Cobra-effect paper, Fig. 4).
 
 The prompt asks for ``{1: score, 2: score, ...}``; models answer with that, with quoted keys,
 as JSON, one ``1: 0.8`` / ``1. 0.8`` / ``Sentence 1: 0.8`` per line, with text around it, or as

@@ -1,9 +1,9 @@
 """Robustness probes: does a judge see repetition, incoherence, hard negatives and injected instructions?
 
-* :mod:`capjudge.probes.perturbations`: deterministic caption perturbations (seed 002 Table 3
-  fluency flaws, seed 003 hard negatives, FOIL noun swaps, instruction injection);
+* :mod:`capjudge.probes.perturbations`: deterministic caption perturbations (the Cobra-effect paper Table 3
+  fluency flaws, the GPT-4V evaluator paper hard negatives, FOIL noun swaps, instruction injection);
 * :mod:`capjudge.probes.runner`: judge each caption and its perturbations, per-kind statistics;
-* :mod:`capjudge.probes.choose_one`: seed 002 Sec. 4.4 choose-one-of-N (Flaws Caption style);
+* :mod:`capjudge.probes.choose_one`: the Cobra-effect paper Sec. 4.4 choose-one-of-N (Flaws Caption style);
 * :mod:`capjudge.probes.report`: Markdown, JSON and a bar chart.
 
 The opt-in hardened methods ``fleur-hardened`` and ``vanilla-hardened`` (the caption delimited as

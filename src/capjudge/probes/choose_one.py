@@ -1,9 +1,9 @@
-"""Choose one of N (seed 002, Sec. 4.4, the "Flaws Caption" benchmark): can the judge pick a true
+"""Choose one of N (the Cobra-effect paper, Sec. 4.4, the "Flaws Caption" benchmark): can the judge pick a true
 caption out of a set where some captions are flawed?
 
 Each group is one image with its true captions (ground truth) and flawed ones. The judge ranks all
 candidates; the group counts as solved when the top-ranked candidate is a true caption. Two ways to
-rank: the **listwise** method (seed 002, Fig. 4: all candidates in one prompt, one 0-1 score each)
+rank: the **listwise** method (the Cobra-effect paper, Fig. 4: all candidates in one prompt, one 0-1 score each)
 and **per-caption scoring** with any scoring method (the higher score ranks first). Candidates are
 shown in a seeded random order so that no true caption has a fixed slot.
 

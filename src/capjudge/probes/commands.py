@@ -51,7 +51,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--captions", required=True, metavar="FILE", help="JSONL or CSV with image, caption[, references, id]: the original (correct) captions")
     p.add_argument("--kinds", default="all", help="comma-separated perturbation kinds or families (default: all)")
     p.add_argument("--seed", type=int, default=0, help="perturbation seed (default 0)")
-    p.add_argument("--pairwise", action="store_true", help="also compare original vs perturbed by dual-sided pairwise comparison (seed 003)")
+    p.add_argument("--pairwise", action="store_true", help="also compare original vs perturbed by dual-sided pairwise comparison (the GPT-4V evaluator paper)")
     p.add_argument("--canary", default="xyzzy", help="the word inject_text asks the judge to reply with (default xyzzy)")
     p.add_argument("--target", default=None, help="the score inject_score asks for (default: top of the method's scale)")
     p.add_argument("--compare-method", default=None, metavar="METHOD", help="also probe this method on the same backend (e.g. fleur-hardened) and compare injection obedience and clean grading")
@@ -63,17 +63,17 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser(
         "choose-one",
-        help="choose-one-of-N (seed 002 Flaws Caption): is a true caption ranked first among flawed ones?",
+        help="choose-one-of-N (the Cobra-effect paper Flaws Caption): is a true caption ranked first among flawed ones?",
         description=(
             "Per image, rank its true captions among flawed ones and report how often a true caption comes first. "
-            "--method listwise asks one prompt per image (seed 002, Fig. 4); a scoring method scores each caption alone."
+            "--method listwise asks one prompt per image (the Cobra-effect paper, Fig. 4); a scoring method scores each caption alone."
         ),
     )
     _add_common(p, method_default="listwise")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--input", metavar="GROUPS.jsonl", help="JSONL/CSV rows: image, true (list), flawed (list)[, id]")
     src.add_argument("--captions", metavar="FILE", help="captions file; flawed captions are made from the true ones with --flaw-kinds")
-    p.add_argument("--n-flawed", type=int, default=5, help="flawed captions per image when built from --captions (default 5, as seed 002)")
+    p.add_argument("--n-flawed", type=int, default=5, help="flawed captions per image when built from --captions (default 5, as the Cobra-effect paper)")
     p.add_argument("--n-true", type=int, default=5, help="at most this many true captions per image (default 5)")
     p.add_argument("--flaw-kinds", default=",".join(DEFAULT_FLAW_KINDS), help=f"perturbations that make the flawed captions (default {','.join(DEFAULT_FLAW_KINDS)})")
     p.add_argument("--no-references", action="store_true", help="with --captions: do not count the references as true captions")

@@ -2,9 +2,9 @@
 
 Three families:
 
-* **fluency** (seed 002, Table 3: what captioners optimised against reference-free metrics wrote):
+* **fluency** (the Cobra-effect paper, Table 3: what captioners optimised against reference-free metrics wrote):
   ``repeat_phrase``, ``repeat_word``, ``truncate``, ``incoherent``;
-* **hard negatives** (seed 003, Sec. 3.1, after ALIGN: one detail changed, the sentence still
+* **hard negatives** (the GPT-4V evaluator paper, Sec. 3.1, after ALIGN: one detail changed, the sentence still
   fluent): ``category_swap``, ``colour_swap``, ``location_swap``, ``number_swap``,
   ``position_swap``, ``subtle_drop``, plus FOIL's one-noun swap ``noun_swap``;
 * **injection**: an instruction to the judge appended to the caption, ``inject_score`` (asks for
@@ -322,7 +322,7 @@ def _strip_end(text: str) -> str:
 _PHRASE_HEADS = frozenset({"with", "on", "in", "at", "near", "next", "by", "under", "behind", "beside", "along", "across", "over", "and", "of", "from", "into"})
 
 
-@_perturbation("fluency", "seed 002, Table 3")
+@_perturbation("fluency", "the Cobra-effect paper, Table 3")
 def repeat_phrase(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Repeat a phrase right after itself ("... with a white ball with a white ball")."""
     words = _words(caption)
@@ -344,7 +344,7 @@ def repeat_phrase(caption: str, rng: random.Random, options: PerturbOptions) -> 
     return new, f"{phrase!r} repeated {times} more time(s)"
 
 
-@_perturbation("fluency", "seed 002, Table 3")
+@_perturbation("fluency", "the Cobra-effect paper, Table 3")
 def repeat_word(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Repeat one content word several times ("a wooden wooden wooden wooden cutting board")."""
     words = _words(caption)
@@ -358,7 +358,7 @@ def repeat_word(caption: str, rng: random.Random, options: PerturbOptions) -> tu
     return new, f"{w.text!r} x{k}"
 
 
-@_perturbation("fluency", "seed 002, Table 3")
+@_perturbation("fluency", "the Cobra-effect paper, Table 3")
 def truncate(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Cut the caption off mid-phrase, preferably on a dangling function word ("... next to a tree with")."""
     words = _words(caption)
@@ -372,7 +372,7 @@ def truncate(caption: str, rng: random.Random, options: PerturbOptions) -> tuple
     return new, f"cut after word {k + 1} of {len(words)} ({words[k].text!r})"
 
 
-@_perturbation("fluency", "seed 002, Table 3")
+@_perturbation("fluency", "the Cobra-effect paper, Table 3")
 def incoherent(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """An incoherent run-on: the caption breaks off and a fragment of another caption is glued on
     without grammar; with no donor caption, its own chunks are shuffled into a word salad."""
@@ -419,13 +419,13 @@ def _lexicon_swap(caption: str, rng: random.Random, lex: Lexicon, what: str) -> 
     return _replace(caption, words, m, new), f"{caption[m.start:m.end]} -> {new}"
 
 
-@_perturbation("hard negative", "seed 003, Sec. 3.1 (1) category change")
+@_perturbation("hard negative", "the GPT-4V evaluator paper, Sec. 3.1 (1) category change")
 def category_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Change the kind of an object, not the object ("a Toyota car" -> "a Volkswagen car")."""
     return _lexicon_swap(caption, rng, category_lexicon(), "fine-grained category word (brand, breed, sport, dish, ...)")
 
 
-@_perturbation("hard negative", "seed 003, Sec. 3.1 (2) color change")
+@_perturbation("hard negative", "the GPT-4V evaluator paper, Sec. 3.1 (2) color change")
 def colour_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Change one colour word to a colour the caption does not name ("white" -> "gray")."""
     words = _words(caption)
@@ -443,7 +443,7 @@ def colour_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tu
     return _replace(caption, words, m, new), f"{caption[m.start:m.end]} -> {new}"
 
 
-@_perturbation("hard negative", "seed 003, Sec. 3.1 (3) location change")
+@_perturbation("hard negative", "the GPT-4V evaluator paper, Sec. 3.1 (3) location change")
 def location_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Change a place: a country or city name, else a scene noun ("in France" -> "in Japan")."""
     words = _words(caption)
@@ -469,7 +469,7 @@ def _other_number(n: int, rng: random.Random) -> int:
     return rng.choice(sorted(cands))
 
 
-@_perturbation("hard negative", "seed 003, Sec. 3.1 (4) number change")
+@_perturbation("hard negative", "the GPT-4V evaluator paper, Sec. 3.1 (4) number change")
 def number_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Change a count ("two dogs" -> "three dogs", "20" -> "50"); "a"/"one" are left alone."""
     words = _words(caption)
@@ -497,7 +497,7 @@ def number_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tu
     raise _Skip("no count (number word or digits >= 2) in the caption")
 
 
-@_perturbation("hard negative", "seed 003, Sec. 3.1 (5) position change")
+@_perturbation("hard negative", "the GPT-4V evaluator paper, Sec. 3.1 (5) position change")
 def position_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Turn a spatial relation around ("behind" -> "in front of", "left" -> "right")."""
     words = _words(caption)
@@ -511,7 +511,7 @@ def position_swap(caption: str, rng: random.Random, options: PerturbOptions) -> 
     raise _Skip("no spatial relation in the caption")
 
 
-@_perturbation("hard negative", "seed 003, Sec. 3.1 (6) subtle dropping")
+@_perturbation("hard negative", "the GPT-4V evaluator paper, Sec. 3.1 (6) subtle dropping")
 def subtle_drop(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Delete a detail: an adjective before a noun, an adverb, or a trailing adverbial phrase."""
     words = _words(caption)

@@ -3,7 +3,7 @@
 For every kind the summary says how often the judge **prefers the original** caption by score
 (ties and failures counted separately, never folded into either side), the **mean score drop**
 (original minus perturbed, also as % of the method's scale), optionally the same preference by
-**dual-sided pairwise comparison** (seed 003), and for the injection kinds the share of answers
+**dual-sided pairwise comparison** (the GPT-4V evaluator paper), and for the injection kinds the share of answers
 that **obeyed** the caption (gave the injected score, or the canary word), next to the share of
 answers to the clean captions that already did (the baseline).
 

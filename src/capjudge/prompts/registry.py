@@ -5,8 +5,10 @@ file, rendered with ``StrictUndefined`` so that a missing variable is an error, 
 User templates are rendered in jinja2's sandboxed environment.
 
 A *method* ties templates to a parser and a scale: ``vanilla``, ``reference``, ``description``,
-``visce2`` (seed 001), ``fleur``, ``ref-fleur`` (seed 004), ``gpt4v-grade``, ``gpt4v-pairwise``
-(seed 003), ``listwise`` (seed 002), and the ``*-code`` variants with the VisCE2 repository's prompts.
+``visce2`` (the VisCE2 paper), ``fleur``, ``ref-fleur`` (the FLEUR paper), ``gpt4v-grade``,
+``gpt4v-pairwise`` (the GPT-4V evaluator paper), ``listwise`` (the Cobra-effect paper), and the
+``*-code`` variants that run what the official VisCE2 and FLEUR code ran (see
+:mod:`capjudge.prompts.sources`).
 """
 
 from __future__ import annotations
@@ -131,15 +133,35 @@ def register_template(name: str, source: str | None = None, *, path: str | Path 
 
 
 Kind = Literal["score", "pairwise", "listwise"]
+Parser = Literal["rules", "first-integer", "fleur-code"]
+
+OPTION_CHOICES: dict[str, tuple[str, ...]] = {
+    "second_decimal": ("official", "printed"),
+    "no_number": ("error", "zero"),
+}
+"""Method options with a fixed set of values (``temperature`` takes a number)."""
+
+
+class MethodOptionError(ValueError):
+    """A method option that the method does not take, or a value it does not accept."""
 
 
 @dataclass(frozen=True)
 class Method:
-    """A judging method: which templates, how to parse, on which scale.
+    """A judging method: which templates, how to decode, how to parse, on which scale.
 
     ``context_template`` (two-step methods) is asked once per image and its answer fills
     ``{{ context }}`` of ``template``. ``smoothing`` applies FLEUR's digit-probability smoothing.
     ``system`` is the system sentence the paper's code used with LLaVA (``None``: no system turn).
+    ``temperature`` / ``context_temperature`` and ``max_new_tokens`` / ``context_max_new_tokens``
+    are the decoding of the scoring step and of the first step (0: greedy). ``parser`` reads the
+    score: ``"rules"`` (capjudge's parser, :mod:`capjudge.parsing.scores`), ``"first-integer"``
+    (the VisCE2 code's first ``[0-9]+``) or ``"fleur-code"`` (the FLEUR code's digits and dots of
+    the whole answer, and its positional search for the digit tokens). ``normalize_caption``
+    collapses whitespace in the caption before it enters the prompt (FLEUR's code does; VisCE2's
+    code does not; neither touches the references). ``source`` keys :data:`capjudge.prompts.sources.SOURCES`;
+    ``paper`` names the section or file. ``options`` holds the method options and their values
+    (see :meth:`configure`).
     """
 
     name: str
@@ -153,6 +175,11 @@ class Method:
     system: str | None = None
     max_new_tokens: int = 32
     context_max_new_tokens: int = 512
+    temperature: float = 0.0
+    context_temperature: float = 0.0
+    parser: Parser = "rules"
+    normalize_caption: bool = True
+    source: str = "capjudge"
     paper: str = ""
     description: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -180,8 +207,58 @@ class Method:
         """A copy with some fields changed (e.g. another template)."""
         return replace(self, **changes)
 
+    def option_names(self) -> list[str]:
+        """The method options this method takes (``temperature`` always; others by method)."""
+        return sorted({*self.options, "temperature"})
 
-_VISCE2 = "VisCE2 (seed 001), Appendix A, Table 5"
+    def configure(self, options: Mapping[str, Any] | None = None) -> Method:
+        """A copy with method options set, checked.
+
+        ``second_decimal`` (smoothing methods): ``"official"`` uses the second decimal only when
+        the printed score has a non-zero digit after the first decimal, as FLEUR's code does
+        (``0.80`` counts as ``0.8``); ``"printed"`` uses it whenever a second digit is printed.
+        ``no_number`` (``first-integer`` methods): ``"error"`` records an answer without a number
+        as an error; ``"zero"`` scores it 0 as VisCE2's code does (the record says so).
+        ``temperature``: decoding temperature of both steps (0: greedy).
+        Raises :class:`MethodOptionError` naming the method and what it accepts.
+        """
+        if not options:
+            return self
+        merged = dict(self.options)
+        temperature: float | None = None
+        for key, value in options.items():
+            name = str(key).strip().replace("-", "_")
+            if name == "temperature":
+                try:
+                    t = float(value)
+                except (TypeError, ValueError):
+                    raise MethodOptionError(f"method option temperature must be a number, not {value!r}") from None
+                if not 0.0 <= t <= 2.0:
+                    raise MethodOptionError(f"method option temperature must be between 0 and 2, not {t}")
+                temperature = t
+                continue
+            if name not in self.options:
+                raise MethodOptionError(f"method {self.name!r} has no option {name!r} (its options: {', '.join(self.option_names())})")
+            text = str(value).strip().lower()
+            if text not in OPTION_CHOICES[name]:
+                raise MethodOptionError(f"method option {name} must be one of {', '.join(OPTION_CHOICES[name])}, not {value!r}")
+            merged[name] = text
+        if temperature is None:
+            return replace(self, options=merged)
+        return replace(self, options=merged, temperature=temperature, context_temperature=temperature)
+
+    def decoding(self) -> str:
+        """The decoding settings in words (``capjudge methods``)."""
+
+        def one(temp: float, tokens: int) -> str:
+            return f"greedy, <= {tokens} tokens" if temp == 0 else f"sampled T={temp:g}, <= {tokens} tokens"
+
+        score = one(self.temperature, self.max_new_tokens)
+        if self.two_step:
+            return f"step 1: {one(self.context_temperature, self.context_max_new_tokens)}; step 2: {score}"
+        return score
+
+
 _METHODS: dict[str, Method] = {}
 
 
@@ -192,6 +269,9 @@ def register_method(method: Method, *, overwrite: bool = False) -> Method:
     for name in (method.template, method.context_template, method.explain_template):
         if name:
             get_template(name)
+    unknown = set(method.options) - set(OPTION_CHOICES)
+    if unknown:
+        raise ValueError(f"method {method.name!r} declares unknown options {sorted(unknown)}")
     _METHODS[method.name] = method
     return method
 
@@ -211,21 +291,41 @@ def list_methods() -> list[str]:
     return sorted(_METHODS)
 
 
+# The VisCE2 code's decoding (src/models/llava_v15.py): sampling at temperature 0.2, up to 1024 new
+# tokens, for both steps; its released runs loaded LLaVA in 4 bits (hf backend option load_4bit).
+_VISCE2_CODE: dict[str, Any] = dict(
+    system=LLAVA_V1_SYSTEM,
+    source="visce2-code",
+    temperature=0.2,
+    context_temperature=0.2,
+    max_new_tokens=1024,
+    context_max_new_tokens=1024,
+    parser="first-integer",
+    normalize_caption=False,
+    options={"no_number": "error"},
+)
+_FLEUR: dict[str, Any] = dict(scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, options={"second_decimal": "official"})
+# The FLEUR code (fleur.py, reffleur.py): greedy, up to 512 new tokens, every digit and dot of the
+# answer read as one number, digit tokens found by searching the generated ids.
+_FLEUR_CODE: dict[str, Any] = dict(_FLEUR, max_new_tokens=512, parser="fleur-code", source="fleur-code", options={})
+
 for _m in (
-    Method("vanilla", "vanilla", system=LLAVA_V1_SYSTEM, paper=_VISCE2, description="Task instruction and caption only; 0-100."),
-    Method("reference", "reference", needs_references=True, system=LLAVA_V1_SYSTEM, paper=_VISCE2, description="Vanilla plus the reference captions; 0-100."),
-    Method("description", "description_score", context_template="description_context", system=LLAVA_V1_SYSTEM, paper=_VISCE2, description="Step 1: detailed description of the image (once per image); step 2: rate with it; 0-100."),
-    Method("visce2", "visce2_score", context_template="visce2_context", system=LLAVA_V1_SYSTEM, paper=_VISCE2, description="Step 1: structured visual context (objects, features, relations; once per image); step 2: rate with it; 0-100."),
-    Method("vanilla-code", "vanilla_code", system=LLAVA_V1_SYSTEM, paper="VisCE2 official code, prompts/base.txt", description="Vanilla with the exact prompt of the VisCE2 repository."),
-    Method("reference-code", "reference_code", needs_references=True, system=LLAVA_V1_SYSTEM, paper="VisCE2 official code, prompts/references.txt", description="Reference with the exact prompt of the VisCE2 repository."),
-    Method("description-code", "visce2_score_code", context_template="description_context", system=LLAVA_V1_SYSTEM, paper="VisCE2 official code, prompts/captions.txt", description="Description with the exact step-2 prompt of the VisCE2 repository."),
-    Method("visce2-code", "visce2_score_code", context_template="visce2_context", system=LLAVA_V1_SYSTEM, paper="VisCE2 official code, prompts/visce_2.txt", description="VisCE2 with the exact step-2 prompt of the VisCE2 repository."),
-    Method("fleur", "fleur", scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, paper="FLEUR (seed 004), Sec. 3.1-3.2", description="Reference-free 0.0-1.0 score, smoothed over the digit probabilities."),
-    Method("ref-fleur", "ref_fleur", scale=(0.0, 1.0), smoothing=True, needs_references=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, paper="FLEUR (seed 004), Sec. 3.3", description="FLEUR with the reference captions in the prompt."),
-    Method("gpt4v-grade", "gpt4v_grade", max_new_tokens=256, paper="GPT-4V as a generalist evaluator (seed 003), Sec. 2", description="Single-answer grading on a 0-100 scale; JSON answer with score and reasoning."),
-    Method("gpt4v-pairwise", "gpt4v_pairwise", kind="pairwise", max_new_tokens=256, paper="GPT-4V as a generalist evaluator (seed 003), Sec. 2", description="Pairwise comparison (Answer 1 / Answer 2 / Tie), asked in both orders and combined by the dual-sided vote."),
-    Method("fleur-hardened", "fleur_hardened", scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, paper="capjudge variant of FLEUR (seed 004, Sec. 3.1): caption delimited as data", description="FLEUR with the caption between markers and a note that text inside them is data, not instructions (opt-in hardening)."),
-    Method("vanilla-hardened", "vanilla_hardened", system=LLAVA_V1_SYSTEM, paper="capjudge variant of VisCE2 Vanilla (seed 001, Table 5): caption delimited as data", description="Vanilla with the caption between markers and a note that text inside them is data, not instructions (opt-in hardening)."),
-    Method("listwise", "listwise", kind="listwise", scale=(0.0, 1.0), max_new_tokens=128, paper="Cobra effect (seed 002), Fig. 4", description="All candidate captions of an image in one prompt, each scored 0-1."),
+    Method("vanilla", "vanilla", system=LLAVA_V1_SYSTEM, source="visce2", paper="Appendix A, Table 5 (Vanilla)", description="Task instruction and caption only; 0-100."),
+    Method("reference", "reference", needs_references=True, system=LLAVA_V1_SYSTEM, source="visce2", paper="Appendix A, Table 5 (Reference)", description="Vanilla plus the reference captions; 0-100."),
+    Method("description", "description_score", context_template="description_context", system=LLAVA_V1_SYSTEM, source="visce2", paper="Appendix A, Table 5 (Description)", description="Step 1: detailed description of the image (once per image); step 2: rate with it; 0-100."),
+    Method("visce2", "visce2_score", context_template="visce2_context", system=LLAVA_V1_SYSTEM, source="visce2", paper="Appendix A, Table 5 (VisCE2)", description="Step 1: structured visual context (objects, features, relations; once per image); step 2: rate with it; 0-100."),
+    Method("vanilla-code", "vanilla_code", paper="prompts/base.txt, src/eval.py", description="Vanilla as the released code ran it: its prompt, sampling, first-integer parse.", **_VISCE2_CODE),
+    Method("reference-code", "reference_code", needs_references=True, paper="prompts/references.txt, src/eval.py", description="Reference as the released code ran it.", **_VISCE2_CODE),
+    Method("description-code", "description_code", paper="prompts/captions.txt, src/eval.py", description="Description as the released code ran it: its eval.py never filled the description, so the prompt holds the literal placeholder [caption] (one step).", **_VISCE2_CODE),
+    Method("visce2-code", "visce2_score_code", context_template="visce2_context_code", paper="prompts/visual_context.txt, prompts/visce_2.txt, src/inference.py, src/eval.py", description="VisCE2 as the released code ran it: its two prompts, sampling, first-integer parse.", **_VISCE2_CODE),
+    Method("fleur", "fleur", source="fleur", paper="Sec. 3.1-3.2; smoothing as fleur.py", description="Reference-free 0.0-1.0 score, smoothed over the digit probabilities.", **_FLEUR),
+    Method("ref-fleur", "ref_fleur", needs_references=True, source="fleur", paper="Sec. 3.3; smoothing as reffleur.py", description="FLEUR with the reference captions in the prompt.", **_FLEUR),
+    Method("fleur-code", "fleur", paper="fleur.py", description="FLEUR as the released code ran it: 512 tokens, digits and dots of the whole answer, digit tokens found by search.", **_FLEUR_CODE),
+    Method("ref-fleur-code", "ref_fleur", needs_references=True, paper="reffleur.py", description="RefFLEUR as the released code ran it.", **_FLEUR_CODE),
+    Method("gpt4v-grade", "gpt4v_grade", max_new_tokens=256, source="gpt4v", paper="Sec. 2, single-answer grading", description="Single-answer grading on a 0-100 scale; JSON answer with score and reasoning."),
+    Method("gpt4v-pairwise", "gpt4v_pairwise", kind="pairwise", max_new_tokens=256, source="gpt4v", paper="Sec. 2, pairwise comparison", description="Pairwise comparison (Answer 1 / Answer 2 / Tie), asked in both orders and combined by the dual-sided vote."),
+    Method("fleur-hardened", "fleur_hardened", paper="FLEUR paper Sec. 3.1 with the caption delimited as data", description="FLEUR with the caption between markers and a note that text inside them is data, not instructions (opt-in hardening).", **_FLEUR),
+    Method("vanilla-hardened", "vanilla_hardened", system=LLAVA_V1_SYSTEM, paper="VisCE2 paper Table 5 (Vanilla) with the caption delimited as data", description="Vanilla with the caption between markers and a note that text inside them is data, not instructions (opt-in hardening)."),
+    Method("listwise", "listwise", kind="listwise", scale=(0.0, 1.0), max_new_tokens=128, source="cobra", paper="Fig. 4, GPT-4V listwise grading", description="All candidate captions of an image in one prompt, each scored 0-1."),
 ):
     register_method(_m)

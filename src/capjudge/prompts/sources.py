@@ -1,0 +1,67 @@
+"""Where each method comes from: the papers (by title and link) and the official code.
+
+Users read these names in ``capjudge methods``, in results and in the README; papers are always
+named by title and link.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Source:
+    """A paper or a code repository a method is taken from."""
+
+    key: str
+    title: str
+    url: str
+    short: str
+
+    def cite(self) -> str:
+        """``Title (link)``."""
+        return f"{self.title} ({self.url})"
+
+
+SOURCES: dict[str, Source] = {
+    s.key: s
+    for s in (
+        Source(
+            "visce2",
+            "Vision Language Model-based Caption Evaluation Method Leveraging Visual Context Extraction",
+            "https://arxiv.org/abs/2402.17969",
+            "VisCE2 paper",
+        ),
+        Source(
+            "visce2-code",
+            "VisCE2 official code (Silviase/VisCE2, commit f08b2e1)",
+            "https://github.com/Silviase/VisCE2/tree/f08b2e15512c21151c01f406cdfa89069a54f0a7",
+            "VisCE2 code",
+        ),
+        Source(
+            "fleur",
+            "FLEUR: An Explainable Reference-Free Evaluation Metric for Image Captioning Using a Large Multimodal Model",
+            "https://aclanthology.org/2024.acl-long.205",
+            "FLEUR paper",
+        ),
+        Source(
+            "fleur-code",
+            "FLEUR official code (Yebin46/FLEUR, commit b9cd6c9)",
+            "https://github.com/Yebin46/FLEUR/tree/b9cd6c9c086113b9ad3d040522a85c776aff1225",
+            "FLEUR code",
+        ),
+        Source(
+            "gpt4v",
+            "GPT-4V(ision) as a Generalist Evaluator for Vision-Language Tasks",
+            "https://arxiv.org/abs/2311.01361",
+            "GPT-4V evaluator paper",
+        ),
+        Source(
+            "cobra",
+            "Cobra Effect in Reference-Free Image Captioning Metrics",
+            "https://arxiv.org/abs/2402.11572",
+            "Cobra-effect paper",
+        ),
+        Source("capjudge", "capjudge's own variant", "", "capjudge"),
+    )
+}
