@@ -53,7 +53,10 @@ def independent_fleur(backend, image: Path, caption: str, generated: list[int]) 
         return [float(probs[i]) for i in digit_ids]
 
     first = dist(dot + 1)
-    second = dist(dot + 2) if len(pieces) > dot + 2 and pieces[dot + 2].isdigit() else None
+    printed = "".join(pieces[dot - 1 : dot + 3]).replace("▁", "")
+    # FLEUR's code: the second decimal counts when len(str(float(answer))) > 3 ("0.30" is "0.3").
+    two = len(pieces) > dot + 2 and pieces[dot + 2].isdigit() and len(str(float(printed))) > 3
+    second = dist(dot + 2) if two else None
     raw = None
     return expected_digit_score(first, second), raw
 
@@ -184,3 +187,54 @@ def test_tiny_model_answers_like_a_judge_at_another_size(tmp_path: Path, example
     assert [r.smoothed for r in results] == [True, True, False]
     assert all(r.raw.startswith("0.") and 0.0 <= r.score <= 1.0 for r in results[:2])
     assert results[2].raw == "xyzzy" and results[2].status == "error"
+
+
+def test_fleur_code_equals_the_codes_arithmetic_on_generate_scores(hf_backend, example_images) -> None:
+    """fleur-code on the real backend against fleur.py's own path, re-implemented: generate with
+    output_scores, decode with special tokens, digits and dots of outputs[:-4], the digit-token
+    search, softmax of the scores at the found steps."""
+    import re
+
+    from transformers import AutoProcessor
+
+    from capjudge.images import pad_to_square
+
+    proc = AutoProcessor.from_pretrained(hf_backend.model)
+    tok = proc.tokenizer
+    rate2token = {d: tok.encode(str(d))[-1] for d in range(10)}
+    judge = Judge("fleur-code", hf_backend)
+    checked = 0
+    for i, caption in enumerate(CAPTIONS):
+        image = example_images[i % 2]
+        r = judge.score(Sample(image, caption))
+        prompt = f"{LLAVA_V1_SYSTEM} USER: <image>\n{get_template('fleur').render(caption=' '.join(caption.split()))} ASSISTANT:"
+        img = pad_to_square(load_image(image).pil(), tuple(int(x * 255) for x in proc.image_processor.image_mean))
+        inputs = proc(images=img, text=prompt, return_tensors="pt")
+        with torch.no_grad():
+            out = hf_backend.net.generate(**inputs, do_sample=False, max_new_tokens=512, output_scores=True, return_dict_in_generate=True)
+        n = inputs["input_ids"].shape[1]
+        new = out.sequences[0, n:]
+        outputs = tok.decode(new).strip()
+        numbers = re.sub(r"\.+$", "", re.sub(r"^\.+", "", re.sub(r"[^\d.]", "", outputs[:-4])))
+        try:
+            score_check = float(numbers)
+        except ValueError:
+            assert not r.ok and "reads no number" in (r.error or "")
+            continue
+        if not 0 <= score_check < 1.0:
+            continue  # 1.0 and out-of-range answers are covered by the synthetic tests
+        text = str(score_check)
+        d1 = int(text[text.index(".") + 1])
+        hits = (new == rate2token[d1]).nonzero().flatten().tolist()
+        idx = hits[0] if len(hits) == 1 else (hits[1] if d1 == 0 else hits[0])
+        probs = torch.softmax(out.scores[idx][0].float(), dim=-1)
+        expected = sum(float(probs[rate2token[k]]) * k * 0.1 for k in range(10))
+        if len(text) > 3:
+            d2 = int(text[text.index(".") + 2])
+            hits2 = (new == rate2token[d2]).nonzero().flatten().tolist()
+            probs2 = torch.softmax(out.scores[hits2[0] if len(hits2) == 1 else hits2[1]][0].float(), dim=-1)
+            expected += sum(float(probs2[rate2token[k]]) * k * 0.01 for k in range(10))
+        assert r.ok and r.smoothed, (r.raw, r.error)
+        assert r.score == pytest.approx(expected, abs=1e-5), (outputs, r.raw)
+        checked += 1
+    assert checked >= 3
