@@ -20,6 +20,7 @@ __all__ = [
     "list_methods",
     "get_method",
     "register_template",
+    "results_frame",
     "__version__",
 ]
 
@@ -33,10 +34,12 @@ _LAZY = {
     "list_methods": "capjudge.prompts.registry",
     "get_method": "capjudge.prompts.registry",
     "register_template": "capjudge.prompts.registry",
+    "results_frame": "capjudge.frames",
 }
 
 if TYPE_CHECKING:
     from capjudge.backends.registry import load_backend
+    from capjudge.frames import results_frame
     from capjudge.judges.judge import Judge
     from capjudge.prompts.registry import get_method, list_methods, register_template
     from capjudge.types import PairResult, Sample, ScoreResult
