@@ -140,3 +140,35 @@ def test_explain_keeps_a_record_for_a_bad_row(tmp_path: Path, capsys) -> None:
     assert rc == 0
     res = read_jsonl(out)
     assert [r["status"] for r in res] == ["ok", "error"] and "line 2" in res[1]["error"]
+
+
+def test_methods_lists_full_names_sources_and_decoding_when_piped() -> None:
+    import os
+    import subprocess
+    import sys
+
+    from capjudge.prompts import get_method, list_methods
+
+    env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    out = subprocess.run([sys.executable, "-m", "capjudge.cli", "methods"], capture_output=True, text=True, env=env, check=True).stdout
+    lines = out.splitlines()
+    for name in list_methods():
+        block = next(i for i, line in enumerate(lines) if line.split()[:1] == [name])
+        m = get_method(name)
+        assert m.decoding() in lines[block + 2], name  # never shortened
+        assert m.paper in lines[block + 1], name
+    assert "gpt4v-pairwise    pairwise, verdict A, B or tie" in out
+    assert "visce2-code" in out and "sampled T=0.2, <= 1024 tokens" in out
+    assert "https://aclanthology.org/2024.acl-long.205" in out and "seed 00" not in out
+    rows = [json.loads(x) for x in subprocess.run([sys.executable, "-m", "capjudge.cli", "methods", "--json"], capture_output=True, text=True, env=env, check=True).stdout.splitlines()]
+    fleur = next(r for r in rows if r["method"] == "fleur")
+    assert fleur["options"] == {"second_decimal": "official"} and fleur["scale"] == "0-1" and fleur["source_url"]
+
+
+def test_method_option_on_the_command_line(tmp_path: Path) -> None:
+    out = tmp_path / "o.jsonl"
+    rc = main(["score", "--method", "vanilla-code", "--method-option", "no_number=zero", "--backend", "scripted:fine caption", "--images", str(EXAMPLES / "images"), "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(out), "--no-cache", "--quiet", "--limit", "2"])
+    assert rc == 0
+    recs = read_jsonl(out)
+    assert all(r["score"] == 0 and "scored 0" in r["details"]["fallback"] for r in recs)
+    assert main(["score", "--method", "fleur", "--method-option", "no_number=zero", "--backend", "scripted:0.5", "--images", str(EXAMPLES / "images"), "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(tmp_path / "p.jsonl"), "--no-cache", "--quiet"]) == 2
