@@ -23,16 +23,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from capjudge.probes.perturbations import PerturbOptions, perturb, resolve_kinds
+from capjudge.probes.perturbations import DEFAULT_FLAW_KINDS, PerturbOptions, perturb, resolve_kinds
 from capjudge.probes.runner import whole_lists
 from capjudge.types import ImageInput, Sample, image_label, normalize_caption
 
 if TYPE_CHECKING:
     from capjudge.judges.judge import Judge
-
-DEFAULT_FLAW_KINDS = ("repeat_phrase", "repeat_word", "truncate", "incoherent")
-"""Seed 002's flaws (Table 3): repetition, captions cut off mid-phrase, incoherent run-ons."""
-
 
 @dataclass(frozen=True)
 class ChoiceGroup:

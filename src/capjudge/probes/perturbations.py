@@ -27,7 +27,6 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Any, Literal
 
 Family = Literal["fluency", "hard negative", "injection"]
@@ -136,6 +135,8 @@ def _perturbation(family: Family, source: str) -> Callable[[Callable[[str, rando
 
 # ------------------------------------------------------------------------------------ word lists
 def _data(name: str) -> str:
+    from importlib import resources  # here: `capjudge --help` imports this module (16 ms saved)
+
     return resources.files("capjudge.probes").joinpath("data").joinpath(name).read_text(encoding="utf-8")
 
 
@@ -573,6 +574,10 @@ def inject_text(caption: str, rng: random.Random, options: PerturbOptions) -> tu
 # ------------------------------------------------------------------------------------ API
 KINDS: tuple[str, ...] = tuple(PERTURBATIONS)
 """Every perturbation name, in a stable order (fluency, hard negatives, injection)."""
+
+DEFAULT_FLAW_KINDS: tuple[str, ...] = ("repeat_phrase", "repeat_word", "truncate", "incoherent")
+"""Seed 002's flaws (Table 3): repetition, captions cut off mid-phrase, incoherent run-ons (the
+flawed captions of choose-one-of-N)."""
 
 
 _FAMILIES: dict[str, Family] = {"fluency": "fluency", "hard_negative": "hard negative", "hard_negatives": "hard negative", "injection": "injection"}
