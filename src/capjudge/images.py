@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from capjudge.redact import stable
 from capjudge.types import ImageInput, image_label
 
 if TYPE_CHECKING:
@@ -67,8 +68,11 @@ def _decode(data: bytes, label: str) -> PILImage.Image:
     try:
         img = Image.open(io.BytesIO(data))
         img.load()
-    except (UnidentifiedImageError, OSError, ValueError, Image.DecompressionBombError) as exc:
-        raise ImageError(f"image {label!r} could not be decoded: {exc}") from None
+    except UnidentifiedImageError:
+        # PIL's own text names the in-memory buffer by its address, which differs in every run.
+        raise ImageError(f"image {label!r} could not be decoded: not an image in a format Pillow reads (unknown format or corrupt file)") from None
+    except (OSError, ValueError, Image.DecompressionBombError) as exc:
+        raise ImageError(f"image {label!r} could not be decoded: {stable(str(exc))}") from None
     fmt = img.format
     rgb = img.convert("RGB")
     rgb.info["format"] = fmt

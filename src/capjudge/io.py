@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from capjudge.redact import scrub_record
 from capjudge.types import PairResult, ScoreResult
 
 
@@ -125,7 +126,7 @@ class ResultWriter:
 
     def write(self, result: ScoreResult | PairResult | dict[str, Any]) -> None:
         """Write one record."""
-        record = result if isinstance(result, dict) else result.to_dict()
+        record = scrub_record(result) if isinstance(result, dict) else result.to_dict()
         self._fh.write(json.dumps(record, ensure_ascii=False, default=float) + "\n")
         self._fh.flush()
 

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union
 
+from capjudge.redact import scrub_record
+
 if TYPE_CHECKING:
     from PIL import Image as PILImage
 
@@ -113,8 +115,8 @@ class ScoreResult:
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict (the results-file record)."""
-        return _clean(dataclasses.asdict(self))
+        """A JSON-safe dict (the results-file record): secrets masked, error texts stable."""
+        return scrub_record(_clean(dataclasses.asdict(self)))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScoreResult:
@@ -166,5 +168,5 @@ class PairResult:
         return self.status == "ok"
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict (the results-file record)."""
-        return _clean(dataclasses.asdict(self))
+        """A JSON-safe dict (the results-file record): secrets masked, error texts stable."""
+        return scrub_record(_clean(dataclasses.asdict(self)))

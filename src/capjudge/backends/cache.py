@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.backends.base import Backend, Capabilities, Completion, Request
+from capjudge.redact import scrub_data
 
 FORMAT_VERSION = 1
 
@@ -77,7 +78,8 @@ class ResponseCache:
 
     def set(self, key: str, completion: Completion, *, metadata: dict[str, Any] | None = None) -> None:
         """Store ``completion.to_dict()`` (the raw answer) with when and by what it was made."""
-        entry = {"v": FORMAT_VERSION, "completion": completion.to_dict(), "created": time.time(), "meta": metadata or {}}
+        # Scrubbed: an answer's metadata can quote a server message that echoed the API key.
+        entry = {"v": FORMAT_VERSION, "completion": scrub_data(completion.to_dict()), "created": time.time(), "meta": scrub_data(metadata or {})}
         self._cache.set(key, entry, retry=True)
         with self._lock:
             self.writes += 1

@@ -32,18 +32,18 @@ are left to the backend's ordinary batched ``generate``.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from capjudge.backends.base import Completion, ContextLengthError, Request
 from capjudge.backends.hf_kv import KVArena
+from capjudge.redact import get_logger
 
 if TYPE_CHECKING:  # pragma: no cover
     from capjudge.backends.hf import HFBackend
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 MAX_ROWS = 32
 """Rows packed into one sequence after a prefix (larger groups are chunked; the attention mask
