@@ -16,8 +16,9 @@ resize and centre crop.
 from __future__ import annotations
 
 import hashlib
-import logging
+import inspect
 import os
+import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -36,11 +37,12 @@ from capjudge.backends.base import (
     Usage,
 )
 from capjudge.backends.llava_prompt import render_llava_v1
-from capjudge.backends.options import as_bool, as_int
+from capjudge.backends.options import OptionError, as_bool, as_int, check_known
 from capjudge.backends.registry import BackendSpec
 from capjudge.images import pad_to_square
+from capjudge.redact import get_logger
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 class HFBackend(Backend):
     """A LLaVA-style model run with HF transformers.
@@ -365,16 +367,35 @@ class HFBackend(Backend):
             self._torch.cuda.empty_cache()
 
 
-def from_spec(spec: BackendSpec, **options: Any) -> HFBackend:
-    """``hf:<model id or folder>[?device=cuda&dtype=float16&batch_size=8]``."""
+_DTYPES = ("auto", "float16", "half", "bfloat16", "float32", "float", "float64", "double")
+_DEVICE = re.compile(r"^(auto|[a-z]+(:\d+)?)$")
+_LOCAL = ("/", "./", "../", "~", ".\\")
+
+
+def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
+    """The options of ``hf:`` converted and checked without loading anything (no torch import):
+    names, yes/no values, numbers, dtype, device, and a local model folder that must exist."""
+    check_known("hf", options, [p for p in inspect.signature(HFBackend.__init__).parameters if p not in ("self", "model")])
     if "batch_size" in options:
         options["batch_size"] = as_int(options["batch_size"], "batch_size")
     # Options from a spec or --backend-opt arrive as text: "false" must not be truthy.
     for name in ("trust_remote_code", "local_files_only", "pad_square", "prefix_reuse", "load_4bit"):
         if name in options and options[name] is not None:
             options[name] = as_bool(options[name], name)
-    backend = HFBackend(spec.target, **options)
-    return backend
+    dtype = options.get("dtype")
+    if dtype is not None and str(dtype) not in _DTYPES:
+        raise OptionError(f"option dtype={dtype!r} is not one of {', '.join(_DTYPES)}")
+    device = options.get("device")
+    if device is not None and not _DEVICE.match(str(device)):
+        raise OptionError(f"option device={device!r} is not a device (auto, cpu, cuda, cuda:1, mps, ...)")
+    if spec.target.startswith(_LOCAL) and not Path(spec.target).expanduser().is_dir():
+        raise FileNotFoundError(f"model folder {spec.target!r} not found")
+    return options
+
+
+def from_spec(spec: BackendSpec, **options: Any) -> HFBackend:
+    """``hf:<model id or folder>[?device=cuda&dtype=float16&batch_size=8]``."""
+    return HFBackend(spec.target, **check_options(spec, **options))
 
 
 def llava_4bit_settings(torch: Any) -> dict[str, Any]:

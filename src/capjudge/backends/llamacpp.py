@@ -52,7 +52,7 @@ from capjudge.backends.base import (
     Usage,
 )
 from capjudge.backends.llava_prompt import render_llava_v1
-from capjudge.backends.options import OptionError, as_bool, as_int
+from capjudge.backends.options import as_bool, as_int, check_known
 from capjudge.images import LoadedImage
 
 __all__ = ["LlamaCppBackend", "ProjectorMismatchError", "from_spec", "render_llava_v1"]
@@ -587,21 +587,28 @@ def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
     evaluated and reused in blocks of this many tokens; 0 evaluates whole batches, reusing only
     whole chunks), ``seed`` (0), ``verbose``.
     """
-    known = {"mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "prompt_block", "seed", "verbose", "clip_model_path"}
-    unknown = sorted(set(options) - known)
-    if unknown:
-        raise OptionError(f"unknown llamacpp option(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
+    o = check_options(spec, **options)
+    return LlamaCppBackend(spec.target, o.pop("mmproj"), spec=getattr(spec, "raw", "") or "", **o)
+
+
+def check_options(spec: Any, **options: Any) -> dict[str, Any]:
+    """The options of ``llamacpp:`` converted and checked without loading anything: names,
+    numbers, yes/no values, and the model and projector files, which must exist. Returns the
+    keyword arguments of :class:`LlamaCppBackend` (``mmproj`` included)."""
+    check_known("llamacpp", options, ("mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "prompt_block", "seed", "verbose", "clip_model_path"))
     mmproj = options.get("mmproj") or options.get("clip_model_path")
     block = as_int(options.get("prompt_block"), "prompt_block")
-    return LlamaCppBackend(
-        spec.target,
-        mmproj or None,
-        n_ctx=as_int(options.get("n_ctx"), "n_ctx") or DEFAULT_N_CTX,
-        n_threads=as_int(options.get("n_threads"), "n_threads"),
-        n_gpu_layers=as_int(options.get("n_gpu_layers"), "n_gpu_layers") or 0,
-        n_batch=as_int(options.get("n_batch"), "n_batch") or 512,
-        prompt_block=DEFAULT_PROMPT_BLOCK if block is None else block,
-        seed=as_int(options.get("seed"), "seed") or 0,
-        verbose=as_bool(options.get("verbose", False), "verbose"),
-        spec=getattr(spec, "raw", "") or "",
-    )
+    out = {
+        "mmproj": mmproj or None,
+        "n_ctx": as_int(options.get("n_ctx"), "n_ctx") or DEFAULT_N_CTX,
+        "n_threads": as_int(options.get("n_threads"), "n_threads"),
+        "n_gpu_layers": as_int(options.get("n_gpu_layers"), "n_gpu_layers") or 0,
+        "n_batch": as_int(options.get("n_batch"), "n_batch") or 512,
+        "prompt_block": DEFAULT_PROMPT_BLOCK if block is None else block,
+        "seed": as_int(options.get("seed"), "seed") or 0,
+        "verbose": as_bool(options.get("verbose", False), "verbose"),
+    }
+    _check_gguf(Path(spec.target).expanduser(), "model")
+    if out["mmproj"] is not None:
+        _check_gguf(Path(str(out["mmproj"])).expanduser(), "mmproj (projector)")
+    return out

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
 from capjudge.backends.base import BackendError
@@ -27,6 +28,14 @@ def as_bool(value: Any, name: str = "option") -> bool:
     if text in _FALSE:
         return False
     raise OptionError(f"option {name}={value!r} is not a yes/no value (true/false, 1/0, yes/no, on/off)")
+
+
+def check_known(kind: str, options: Iterable[str], known: Iterable[str]) -> None:
+    """Raise :class:`OptionError` naming every option of ``options`` not in ``known``."""
+    allowed = set(known)
+    unknown = sorted(set(options) - allowed)
+    if unknown:
+        raise OptionError(f"unknown {kind} option(s): {', '.join(unknown)} (known: {', '.join(sorted(allowed))})")
 
 
 def as_int(value: Any, name: str = "option") -> int | None:

@@ -70,6 +70,30 @@ def parse_spec(spec: str) -> BackendSpec:
     return BackendSpec(kind=kind, target=target, options=options, raw=spec)
 
 
+def _module(parsed: BackendSpec, path: str) -> Any:
+    module_name = path.split(":")[0]
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as exc:
+        extra = {"hf": "hf", "llamacpp": "llamacpp"}.get(parsed.kind)
+        hint = f" (install it with: pip install 'capjudge[{extra}]')" if extra else ""
+        raise UnknownBackendError(f"backend {parsed.kind!r} is not available: {exc}{hint}") from exc
+
+
+def check_backend(spec: str, **options: Any) -> BackendSpec:
+    """Parse a spec and check its options without building the backend: nothing is loaded, no
+    server is contacted. Raises what :func:`load_backend` would raise for a malformed spec, an
+    unknown option, a value of the wrong kind or a missing model file. A kind whose module has no
+    ``check_options(spec, **options)`` function is only parsed."""
+    parsed = parse_spec(spec)
+    factory = _REGISTRY[parsed.kind]
+    if isinstance(factory, str):
+        check = getattr(_module(parsed, factory), "check_options", None)
+        if check is not None:
+            check(parsed, **{**parsed.options, **options})
+    return parsed
+
+
 def load_backend(spec: str | Backend, **options: Any) -> Backend:
     """Build a backend from a spec string (a ready :class:`Backend` is returned unchanged).
 
@@ -81,14 +105,7 @@ def load_backend(spec: str | Backend, **options: Any) -> Backend:
     parsed = parse_spec(spec)
     factory = _REGISTRY[parsed.kind]
     if isinstance(factory, str):
-        module_name, func_name = factory.split(":")
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError as exc:
-            extra = {"hf": "hf", "llamacpp": "llamacpp"}.get(parsed.kind)
-            hint = f" (install it with: pip install 'capjudge[{extra}]')" if extra else ""
-            raise UnknownBackendError(f"backend {parsed.kind!r} is not available: {exc}{hint}") from exc
-        factory = getattr(module, func_name)
+        factory = getattr(_module(parsed, factory), factory.split(":")[1])
     merged: dict[str, Any] = {**parsed.options, **options}
     try:
         return factory(parsed, **merged)
