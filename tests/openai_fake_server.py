@@ -9,8 +9,10 @@ be errors with ``retry-after`` headers, be slow, or be malformed JSON.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import socket
 import threading
 import time
 from collections import deque
@@ -162,7 +164,9 @@ class FakeOpenAIServer:
     with 401 (``Authorization: Bearer`` or Azure's ``api-key`` header); ``refuse_logprobs`` answers
     400 to any request that asks for log-probabilities (as gpt-4-vision-preview did);
     ``max_top_logprobs`` answers 400 to larger ``top_logprobs``; ``echo_key`` puts the key it got
-    into its 401 message (to check that clients scrub it).
+    into its 401 message (to check that clients scrub it); ``drop_logprobs`` answers without
+    log-probabilities even when asked (as ``transformers serve`` does); ``die_after=N`` answers N
+    requests and then dies (:meth:`kill`: open connections dropped, new ones refused).
     """
 
     def __init__(
@@ -174,6 +178,8 @@ class FakeOpenAIServer:
         refuse_logprobs: bool = False,
         max_top_logprobs: int | None = None,
         echo_key: bool = False,
+        drop_logprobs: bool = False,
+        die_after: int | None = None,
     ) -> None:
         self.responder = responder
         self.delay = delay
@@ -181,6 +187,11 @@ class FakeOpenAIServer:
         self.refuse_logprobs = refuse_logprobs
         self.max_top_logprobs = max_top_logprobs
         self.echo_key = echo_key
+        self.drop_logprobs = drop_logprobs
+        self.die_after = die_after
+        self.answered = 0
+        self.dead = False
+        self._connections: set[Any] = set()
         self.received: list[Received] = []
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -237,6 +248,8 @@ class FakeOpenAIServer:
         if scripted is not None:
             return scripted
         body = req.body if isinstance(req.body, dict) else {}
+        if self.drop_logprobs and body.get("logprobs"):
+            req = Received(req.method, req.path, req.query, req.headers, {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")})
         if self.refuse_logprobs and body.get("logprobs"):
             return Reply(status=400, body=error_body("This model does not support 'logprobs'.", param="logprobs"))
         if self.max_top_logprobs is not None and int(body.get("top_logprobs") or 0) > self.max_top_logprobs:
@@ -259,7 +272,21 @@ class FakeOpenAIServer:
             def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - silence stderr
                 pass
 
+            def setup(self) -> None:
+                super().setup()
+                with server._lock:
+                    server._connections.add(self.connection)
+
+            def finish(self) -> None:
+                with server._lock:
+                    server._connections.discard(self.connection)
+                with contextlib.suppress(OSError):
+                    super().finish()
+
             def do_POST(self) -> None:  # noqa: N802 - http.server naming
+                if server.dead:  # a dead server answers nothing
+                    self.close_connection = True
+                    return
                 length = int(self.headers.get("Content-Length") or 0)
                 data = self.rfile.read(length) if length else b""
                 try:
@@ -274,7 +301,8 @@ class FakeOpenAIServer:
                     headers={k.lower(): v for k, v in self.headers.items()},
                     body=body,
                 )
-                known = split.path.endswith("/chat/completions")
+                # The routes real servers have (a base URL without /v1 gets a 404, as from vLLM).
+                known = split.path == "/v1/chat/completions" or (split.path.startswith("/openai/deployments/") and split.path.endswith("/chat/completions"))
                 with server._lock:
                     server.concurrent += 1
                     server.max_concurrent = max(server.max_concurrent, server.concurrent)
@@ -295,14 +323,35 @@ class FakeOpenAIServer:
                         self.send_header(k, v)
                     self.end_headers()
                     self.wfile.write(payload)
-                except (BrokenPipeError, ConnectionResetError):  # client gave up (timeout test)
-                    pass
+                except OSError:  # client gave up (timeout test), or the server was killed
+                    self.close_connection = True
+                if server.die_after is not None:
+                    with server._lock:
+                        server.answered += 1
+                        dying = server.answered == server.die_after
+                    if dying:
+                        threading.Thread(target=server.kill, daemon=True).start()
 
         httpd = _Server(("127.0.0.1", 0), Handler)
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
+
+    def kill(self) -> None:
+        """Die as a killed process would: stop listening (new connections are refused) and drop
+        every open connection without an answer (requests in flight see the connection close)."""
+        self.dead = True
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+        with self._lock:
+            conns = list(self._connections)
+        for conn in conns:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RDWR)
+            with contextlib.suppress(OSError):
+                conn.close()
 
     def stop(self) -> None:
         """Stop serving and close the socket."""

@@ -146,16 +146,16 @@ def test_run_benchmark_scores_writes_and_meta_evaluates(tmp_path, monkeypatch, c
         (images / name).write_bytes(b"jpeg")
     out = tmp_path / "results.jsonl"
     rc = run(["run-benchmark", "--dataset", "flickr8k-expert", "--human", str(DATA / "flickr8k_tiny.json"), "--images", str(tmp_path / "images"),
-              "--method", "fake", "--backend", "fake:model", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--format", "json"])
+              "--method", "vanilla", "--backend", "scripted:model", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--format", "json"])
     assert rc == 0
-    assert FakeJudge.made[-1] == {"method": "fake", "backend": "fake:model", "cache_dir": str(tmp_path / "cache")}
+    assert FakeJudge.made[-1] == {"method": "vanilla", "backend": "scripted:model", "cache_dir": str(tmp_path / "cache")}
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(lines) == 4 and sum(r["status"] == "error" for r in lines) == 1
     summary = json.loads(capsys.readouterr().out)
     assert summary["counts"]["failed_rows"] == 3 and summary["counts"]["used_rows"] == 8
     # --limit keeps the first rating rows only
     rc = run(["run-benchmark", "--dataset", "flickr8k-expert", "--human", str(DATA / "flickr8k_tiny.json"), "--images", str(tmp_path / "images"),
-              "--method", "fake", "--backend", "fake:model", "--out", str(out), "--limit", "5", "--format", "json"])
+              "--method", "vanilla", "--backend", "scripted:model", "--out", str(out), "--limit", "5", "--format", "json"])
     summary = json.loads(capsys.readouterr().out)
     assert summary["counts"]["human_rows"] == 5 and len(out.read_text().splitlines()) == 2
 
@@ -183,7 +183,7 @@ def test_run_benchmark_pairs_without_progress_option(tmp_path, monkeypatch, caps
         (images / f"p{i}.jpg").write_bytes(b"jpeg")
     out = tmp_path / "r.jsonl"
     rc = run(["run-benchmark", "--dataset", "pascal50s", "--human", str(DATA / "pascal_tiny.json"), "--images", str(tmp_path),
-              "--method", "fake", "--backend", "fake:model", "--out", str(out), "--format", "json"])
+              "--method", "vanilla", "--backend", "scripted:model", "--out", str(out), "--format", "json"])
     assert rc == 0
     assert len(out.read_text().splitlines()) == 10  # both captions of 5 pairs, scored one by one
     summary = json.loads(capsys.readouterr().out)

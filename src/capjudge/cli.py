@@ -1,8 +1,11 @@
 """The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, cache, probe.
 
-Runs exit 0 when they completed, also with per-sample errors (those are records in the results
-file and counted in the summary); they exit 2 for a usage error (unknown method or backend,
-missing input file) and 1 when the backend could not be started.
+Exit codes (:data:`EXIT_CODES_HELP`): 0 the run completed, also with per-sample errors (records in
+the results file, counted in the summary); 3 samples failed for backend reasons (server gone,
+retries exhausted, budget spent: re-running resumes); 1 the backend could not start; 2 a usage
+error, found before any backend is built (paths, columns, backend spec and options: see
+:mod:`capjudge.preflight`); 130 interrupted. Every message, log line and summary passes through
+:mod:`capjudge.redact`.
 """
 
 from __future__ import annotations
@@ -17,7 +20,18 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+
+EXIT_CODES_HELP = """exit codes (score, compare, explain, probe, choose-one, run-benchmark):
+  0    the run completed; samples that failed on their own (a corrupt image, an
+       answer with no score) are error records in the results file
+  1    the backend could not start (model not loadable, missing credentials)
+  2    usage error (unknown method or backend, bad option, missing input or image
+       folder, missing columns, unwritable --out): found before any model loads
+  3    samples failed for backend reasons (server gone, retries exhausted, budget
+       spent): their records say why; re-run the same command to resume
+  130  interrupted; results written so far are kept
+meta-eval and report exit 1 when nothing could be measured."""
 
 
 class UsageError(Exception):
@@ -82,6 +96,54 @@ def _method_with_template(method_name: str, template: str | None, template_file:
     return method
 
 
+def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
+    """``--backend-opt`` pairs plus the API flags (``--concurrency`` ...), checked for the kind."""
+    options = _parse_options(args.backend_opt)
+    api_flags = {k: getattr(args, k, None) for k in ("concurrency", "max_cost", "prices", "detail")}
+    api_flags = {k: v for k, v in api_flags.items() if v is not None}
+    if api_flags:
+        from capjudge.judges.judge import API_KINDS
+
+        if args.backend.split(":", 1)[0].lower() not in API_KINDS:
+            raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in api_flags)} apply to API backends only")
+        options.update(api_flags)
+    return options
+
+
+def _preflight(
+    args: argparse.Namespace,
+    *,
+    inputs: Sequence[tuple[str | None, Sequence[str]]] = (),
+    out: str | None = None,
+    reports: Sequence[tuple[str, str | None]] = (),
+) -> None:
+    """Everything that can be checked before the backend is built (a 13B model loads for minutes):
+    each input file and its ``columns``, ``--images``, ``out`` and the ``reports`` (``(flag,
+    path)``: writable, none of them an input), the backend spec and its options, ``--prices``.
+    Raises a usage error naming the item."""
+    from capjudge.preflight import (
+        check_backend,
+        check_columns,
+        check_images,
+        check_input,
+        check_output,
+    )
+
+    for path, columns in inputs:
+        if path is not None:
+            check_input(path, "input file")
+            if columns:
+                check_columns(path, columns)
+    check_images(getattr(args, "images", None))
+    if getattr(args, "prices", None):
+        check_input(args.prices, "--prices")
+    sources = [path for path, _ in inputs]
+    for flag, path in [("--out", out), *reports]:
+        if path is not None:
+            check_output(path, inputs=sources, what=flag)
+    check_backend(args.backend, _backend_options(args))
+
+
 def _make_judge(args: argparse.Namespace, method: Any) -> Any:
     from capjudge.backends.registry import UnknownBackendError
     from capjudge.judges.judge import Judge
@@ -99,15 +161,7 @@ def _make_judge(args: argparse.Namespace, method: Any) -> Any:
         from capjudge.prompts.registry import LLAVA_V1_SYSTEM
 
         system = LLAVA_V1_SYSTEM
-    options = _parse_options(args.backend_opt)
-    api_flags = {k: getattr(args, k, None) for k in ("concurrency", "max_cost", "prices", "detail")}
-    api_flags = {k: v for k, v in api_flags.items() if v is not None}
-    if api_flags:
-        from capjudge.judges.judge import API_KINDS
-
-        if args.backend.split(":", 1)[0].lower() not in API_KINDS:
-            raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in api_flags)} apply to API backends only")
-        options.update(api_flags)
+    options = _backend_options(args)
     try:
         judge = Judge(
             method,
@@ -172,80 +226,91 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
 def _summary_table(title: str, rows: list[tuple[str, str]]) -> Any:
     from rich.table import Table
 
+    from capjudge.redact import scrub
+
     table = Table(title=title, show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     for k, v in rows:
-        table.add_row(k, v)
+        table.add_row(k, scrub(v))
     return table
 
 
 def _bad_row_result(row: Any, method: Any, judge: Any) -> Any:
-    """The error record of an input row that could not be read (it names the line and the cause)."""
+    """The error record of an input row that could not be read (it names the line and the cause;
+    its scale is the method's, as every other record of the run)."""
     from capjudge.types import ScoreResult
 
-    return ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=str(row.line))
+    return ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=str(row.line), scale=method.scale)
+
+
+def _finish(tally: Any, quiet: bool) -> int:
+    """Print the run's loud warnings and backend-failure message (also with --quiet) and choose
+    the exit code: 3 when samples failed for backend reasons, else 0."""
+    from capjudge.redact import scrub
+
+    for warning in tally.warnings():
+        print(f"capjudge: {warning}", file=sys.stderr)
+    message = tally.backend_failure_message()
+    if message is None:
+        return EXIT_OK
+    print(f"capjudge: {scrub(message)}", file=sys.stderr)
+    return EXIT_BACKEND
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
     from capjudge.io import BadRow, ResultWriter, read_samples
+    from capjudge.summary import RunTally
 
     method = _method_with_template(args.method, args.template, args.template_file)
     if method.kind == "pairwise":
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
+    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out)
     rows = list(read_samples(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
     good = [r for r in rows if not isinstance(r, BadRow)]
-    n_ok = n_err = n_cached = 0
-    total = 0.0
+    tally = RunTally(method=method.name, smoothing=bool(method.smoothing))
     t0 = time.perf_counter()
     with _make_judge(args, method) as judge, ResultWriter(args.out) as out:
         scored = iter(judge.score_many(good))
         for row in _progress(rows, len(rows), f"{method.name} on {judge.backend_spec}", args.quiet):
             res = _bad_row_result(row, method, judge) if isinstance(row, BadRow) else next(scored)
             out.write(res)
-            if res.ok:
-                n_ok += 1
-                total += res.score or 0.0
-            else:
-                n_err += 1
-            n_cached += bool(res.details.get("cached"))
+            tally.add(res)
         usage = _usage_rows(judge)
     if not args.quiet:
         con = _console(stderr=False)
         rows_out = [
             ("method", method.name),
             ("backend", judge.backend_spec),
-            ("scored", str(n_ok)),
-            ("failed", str(n_err)),
-            ("cache hits", str(n_cached)),
-            ("mean score", f"{total / n_ok:.4g}" if n_ok else "-"),
+            *tally.score_rows(),
             ("seconds", f"{time.perf_counter() - t0:.1f}"),
             ("results", str(args.out)),
             *usage,
         ]
         con.print(_summary_table("capjudge score", rows_out))
-        if n_err:
-            con.print(f"[yellow]{n_err} sample(s) failed; their records have status \"error\" and say why.[/yellow]")
-    return EXIT_OK
+        if tally.failed:
+            con.print(f"[yellow]{tally.failed} sample(s) failed; their records have status \"error\" and say why.[/yellow]")
+    return _finish(tally, args.quiet)
 
 
 # -------------------------------------------------------------------------------------- compare
 def _cmd_compare(args: argparse.Namespace) -> int:
     from capjudge.io import BadRow, ResultWriter, read_pairs
+    from capjudge.summary import RunTally
     from capjudge.types import PairResult
 
     method = _method_with_template(args.method, args.template, args.template_file)
     mode = args.mode if args.mode != "auto" else None
     if mode == "grading" and method.kind != "score":
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
+    _preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out)
     rows = list(read_pairs(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
     good = [r for r in rows if not isinstance(r, BadRow)]
-    counts = {"A": 0, "B": 0, "tie": 0, "error": 0}
-    n_cached = 0
+    tally = RunTally(method=method.name)
     t0 = time.perf_counter()
     with _make_judge(args, method) as judge, ResultWriter(args.out) as out:
         results = iter(judge.compare_many(good, mode=mode))
@@ -255,9 +320,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             else:
                 res = next(results)
             out.write(res)
-            counts[res.verdict if res.ok and res.verdict else "error"] += 1
-            cached = res.details.get("cached")
-            n_cached += all(cached) if isinstance(cached, list) and cached else bool(cached)
+            tally.add(res)
         usage = _usage_rows(judge)
     if not args.quiet:
         _console(stderr=False).print(
@@ -266,18 +329,18 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 [
                     ("method", method.name),
                     ("backend", judge.backend_spec),
-                    ("A better", str(counts["A"])),
-                    ("B better", str(counts["B"])),
-                    ("tie", str(counts["tie"])),
-                    ("failed", str(counts["error"])),
-                    ("cache hits", str(n_cached)),
+                    ("A better", str(tally.verdicts["A"])),
+                    ("B better", str(tally.verdicts["B"])),
+                    ("tie", str(tally.verdicts["tie"])),
+                    *tally.failure_rows(),
+                    ("cache hits", str(tally.cached)),
                     ("seconds", f"{time.perf_counter() - t0:.1f}"),
                     ("results", str(args.out)),
                     *usage,
                 ],
             )
         )
-    return EXIT_OK
+    return _finish(tally, args.quiet)
 
 
 # -------------------------------------------------------------------------------------- explain
@@ -286,11 +349,13 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     from contextlib import nullcontext
 
     from capjudge.io import BadRow, ResultWriter, read_samples
+    from capjudge.summary import RunTally
 
     method = _method_with_template(args.method, args.template, args.template_file)
     if method.kind != "score":
         raise UsageError(f"explain needs a scoring method, not {method.name!r}")
     rows: list[Any]
+    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out)
     if args.input:
         rows = list(read_samples(args.input))
     elif args.image and args.caption:
@@ -300,12 +365,14 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if args.limit is not None:
         rows = rows[: args.limit]
     con = _console(stderr=False)
+    tally = RunTally(method=method.name)
     with _make_judge(args, method) as judge, (ResultWriter(args.out) if args.out else nullcontext()) as writer:
         for row in rows:
             if isinstance(row, BadRow):
                 res = _bad_row_result(row, method, judge)
             else:
                 res = judge.explain(row)
+            tally.add(res)
             if writer is not None:
                 writer.write(res)
             if args.json:
@@ -318,7 +385,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                     con.print(f"  why: {res.explanation or res.details.get('explanation_error', '-')}")
                 else:
                     con.print(f"  [red]error:[/red] {res.error}")
-    return EXIT_OK
+    return _finish(tally, args.quiet)
 
 
 # ------------------------------------------------------------------------------------- methods
@@ -402,18 +469,23 @@ def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
     from capjudge import __version__
 
-    parser = argparse.ArgumentParser(prog="capjudge", description="Turn a vision-language model into a judge of image captions.")
+    parser = argparse.ArgumentParser(
+        prog="capjudge",
+        description="Turn a vision-language model into a judge of image captions.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("--version", action="version", version=f"capjudge {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    p = sub.add_parser("score", help="score every caption of a JSONL/CSV file")
+    p = sub.add_parser("score", help="score every caption of a JSONL/CSV file", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_common(p)
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption[, references, id]")
     p.add_argument("--out", required=True, help="results JSONL (one record per input row)")
     p.set_defaults(func=_cmd_score)
 
-    p = sub.add_parser("compare", help="A/B comparison of caption pairs (dual-sided or by grading)")
+    p = sub.add_parser("compare", help="A/B comparison of caption pairs (dual-sided or by grading)", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
     _add_common(p, method_default="gpt4v-pairwise")
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption_a, caption_b[, id]")
     p.add_argument("--out", required=True, help="results JSONL")
@@ -462,32 +534,74 @@ def _register_optional(sub: Any, module: str, func: str) -> None:
     register(sub)
 
 
+def _logging(verbose: int) -> Callable[[], None]:
+    """Send log records to stderr (warnings; -v info; -vv debug), every one of them scrubbed of
+    secrets, whichever library logged it; returns the function that undoes it (``main`` may be
+    called in-process, e.g. by tests)."""
+    from capjudge.redact import install_scrubber
+
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    install_scrubber(handler)
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.WARNING - 10 * min(verbose, 2))
+
+    def undo() -> None:
+        root.removeHandler(handler)
+        root.setLevel(level)
+
+    return undo
+
+
+def _error(prefix: str, exc: BaseException | str) -> None:
+    from capjudge.redact import scrub
+
+    # Plain print: error messages hold paths that must not be wrapped.
+    print(f"capjudge: {prefix}: {scrub(str(exc))}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``capjudge`` command."""
+    """Entry point of the ``capjudge`` command (exit codes: :data:`EXIT_CODES_HELP`)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    level = logging.WARNING - 10 * min(args.verbose, 2)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    undo_logging = _logging(args.verbose)
+    try:
+        return _run(args)
+    finally:
+        undo_logging()
+
+
+def _run(args: argparse.Namespace) -> int:
     from capjudge.backends.base import BackendError
     from capjudge.backends.registry import UnknownBackendError
     from capjudge.io import InputFormatError
+    from capjudge.preflight import PreflightError
     from capjudge.prompts.registry import TemplateError, UnknownMethodError
 
     try:
         return int(args.func(args) or 0)
-    except (UsageError, UnknownMethodError, UnknownBackendError, InputFormatError, TemplateError, FileNotFoundError) as exc:
-        # Plain print: error messages hold paths that must not be wrapped.
-        print(f"capjudge: error: {exc}", file=sys.stderr)
+    except (UsageError, PreflightError, UnknownMethodError, UnknownBackendError, InputFormatError, TemplateError, FileNotFoundError) as exc:
+        _error("error", exc)
         return EXIT_USAGE
     except BackendError as exc:
-        print(f"capjudge: backend error: {exc}", file=sys.stderr)
+        _error("backend error", exc)
         return EXIT_FAIL
     except KeyboardInterrupt:
         print("capjudge: interrupted: results written so far are kept; re-run to resume from the cache", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
+    except Exception as exc:  # noqa: BLE001 - a bug: still no secret in the traceback
+        import traceback
+
+        from capjudge.redact import scrub
+
+        sys.stderr.write(scrub(traceback.format_exc()))
+        _error("internal error", f"{type(exc).__name__}: {exc}")
+        return EXIT_FAIL
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -24,6 +24,8 @@ from capjudge.backends.base import BackendError, Usage
 class BudgetExceeded(BackendError):
     """A request was not sent because it could take the run past its ``max_cost`` budget."""
 
+    resumable = True  # a re-run answers the paid requests from the cache and spends the rest
+
 
 @dataclass(frozen=True)
 class Price:

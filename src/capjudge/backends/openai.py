@@ -22,8 +22,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import json
-import logging
 import math
 import os
 import threading
@@ -42,22 +42,26 @@ from capjudge.backends.base import (
     TokenStep,
     Usage,
 )
+from capjudge.backends.faults import DEFAULT_GRACE, DEFAULT_THRESHOLD, BackendGone, CircuitBreaker
 from capjudge.backends.openai_caps import AZURE_MAX_TOP_LOGPROBS, ModelCaps, lookup_caps
 from capjudge.backends.openai_retry import (
     APIRequestError,
     MalformedResponseError,
     RetryPolicy,
     describe,
+    http_status,
+    is_connection_failure,
     is_retryable,
     wait_seconds,
 )
-from capjudge.backends.options import as_bool, as_float, as_int
+from capjudge.backends.options import OptionError, as_bool, as_float, as_int, check_known
 from capjudge.backends.registry import BackendSpec
 from capjudge.judges.smoothing import SCORE_PATTERN
 from capjudge.parsing import parse_score
+from capjudge.redact import get_logger, register_secret, scrub
 from capjudge.usage import PriceSource, PriceTable, UsageTracker, estimate_text_tokens, image_tokens
 
-log = logging.getLogger("capjudge.backends.openai")
+log = get_logger("capjudge.backends.openai")
 
 DETAILS = ("low", "high", "auto")
 KINDS = ("openai", "azure", "openai-compatible")
@@ -107,6 +111,10 @@ class OpenAIBackend(Backend):
       the capability and price tables).
     - ``concurrency`` (8), ``timeout`` seconds per call (60), ``max_retries`` (6), ``retry_base_delay``
       (1 s), ``retry_max_delay`` (60 s).
+    - ``gone_after`` (5) and ``gone_grace`` (5 s): after that many connection failures in a row,
+      over at least that many seconds, with no answer in between, the server is declared gone and
+      every remaining request fails at once with :class:`~capjudge.backends.faults.BackendGone`
+      (``gone_after=0``: never).
     - ``detail`` (``low`` | ``high`` | ``auto``; default: not sent, the server's default),
       ``extra_body`` (dict or JSON string merged into every request, e.g. ``{"repeat_penalty": 1.0}``).
     - ``logprobs`` (force on/off), ``max_top_logprobs`` (cap), ``estimate_by_sampling`` (N).
@@ -141,6 +149,8 @@ class OpenAIBackend(Backend):
         max_cost: float | None = None,
         usage: UsageTracker | None = None,
         default_headers: Mapping[str, str] | None = None,
+        gone_after: int = DEFAULT_THRESHOLD,
+        gone_grace: float = DEFAULT_GRACE,
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown OpenAI-protocol backend kind {kind!r} (known: {', '.join(KINDS)})")
@@ -193,8 +203,12 @@ class OpenAIBackend(Backend):
 
         self.endpoint, self.api_version = self._resolve_endpoint(base_url, azure_endpoint, api_version)
         self._client = self._make_client(api_key, organization, azure_ad_token_provider, default_headers)
-        # Known secrets, only to scrub them from error messages a server might echo them into.
+        # Known secrets, only to scrub them from error messages a server might echo them into
+        # (registered process-wide, so log lines and records of every module mask them too).
         self._secrets = tuple(s for s in (getattr(self._client, "api_key", None),) if isinstance(s, str) and len(s) >= 8)
+        for secret in self._secrets:
+            register_secret(secret)
+        self._breaker = CircuitBreaker(f"the server at {_clean_endpoint(self.endpoint)}", threshold=gone_after, grace=gone_grace)
         self._loop: _LoopThread | None = None
         self._loop_lock = threading.Lock()
         self._sem: asyncio.Semaphore | None = None
@@ -331,6 +345,8 @@ class OpenAIBackend(Backend):
         attempts = 0
 
         def wait(state: Any) -> float:
+            if state.attempt_number > self.retry.max_retries:
+                return 0.0  # tenacity asks for the wait before it checks the stop: no retry follows
             exc: BaseException | None = state.outcome.exception() if state.outcome else None
             seconds = wait_seconds(exc, state.attempt_number - 1, self.retry) if exc else 0.0
             log.info("%s: retrying in %.2fs after %s (attempt %d of %d)", label, seconds, describe(exc) if exc else "an unknown failure", state.attempt_number + 1, self.retry.max_retries + 1)
@@ -342,16 +358,28 @@ class OpenAIBackend(Backend):
                 wait=wait,
                 retry=retry_if_exception(is_retryable),
                 reraise=True,
+                sleep=self._breaker.sleep,  # a back-off ends at once when the server is declared gone
             ):
                 with attempt:
+                    self._breaker.check()
                     attempts += 1
-                    response = await self._client.chat.completions.create(**params)
+                    try:
+                        response = await self._client.chat.completions.create(**params)
+                    except Exception as exc:
+                        if is_connection_failure(exc):
+                            self._breaker.failure(describe(exc))
+                        elif http_status(exc) is not None:
+                            self._breaker.success()  # the server answered, if only with an error
+                        raise
+                    self._breaker.success()
                     if not getattr(response, "choices", None):
                         raise MalformedResponseError(f"answer holds no choices: {str(response)[:200]}")
             return response
         except BackendError:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes a described error
+            if self._breaker.gone and is_connection_failure(exc):
+                raise BackendGone(self._breaker.message) from exc  # one cause for every request
             raise describe(exc, attempts=attempts) from exc
 
     def _completion(self, response: Any, *, asked_logprobs: bool) -> Completion:
@@ -450,16 +478,21 @@ class OpenAIBackend(Backend):
             return self._scrub(exc if isinstance(exc, BackendError) else describe(exc))
 
     def _scrub(self, exc: BaseException) -> BaseException:
-        """The error with any known secret masked (servers sometimes echo the key they got)."""
-        text = str(exc)
-        if not any(s in text for s in self._secrets):
+        """The error with any secret masked (servers sometimes echo the key they got), and with a
+        hint when an OpenAI-compatible base URL without ``/v1`` answers 404."""
+        text = scrub(str(exc))
+        if getattr(exc, "status", None) == 404 and self.kind == "openai-compatible":
+            base = (_clean_endpoint(self.endpoint) or "").rstrip("/")
+            if not base.endswith("/v1"):
+                text += f" (the base URL {base} does not end in /v1: did you mean {base}/v1?)"
+        if text == str(exc):
             return exc
-        for s in self._secrets:
-            text = text.replace(s, "***")
-        clean = type(exc)(text) if not isinstance(exc, APIRequestError) else APIRequestError(
-            text, status=exc.status, code=exc.code, retryable=exc.retryable, attempts=exc.attempts
-        )
-        return clean
+        if isinstance(exc, APIRequestError):
+            return APIRequestError(text, status=exc.status, code=exc.code, retryable=exc.retryable, attempts=exc.attempts)
+        try:
+            return type(exc)(text)
+        except Exception:  # noqa: BLE001 - an exception type with another signature
+            return BackendError(text)
 
     def _loop_thread(self) -> _LoopThread:
         with self._loop_lock:
@@ -593,8 +626,8 @@ def estimate_by_sampling(backend: Backend, request: Request, n: int = 20, *, tem
 
 
 # -- factory ----------------------------------------------------------------------------------------
-_INT_OPTS = ("concurrency", "max_retries", "max_top_logprobs", "estimate_by_sampling")
-_FLOAT_OPTS = ("timeout", "retry_base_delay", "retry_max_delay", "max_cost")
+_INT_OPTS = ("concurrency", "max_retries", "max_top_logprobs", "estimate_by_sampling", "gone_after")
+_FLOAT_OPTS = ("timeout", "retry_base_delay", "retry_max_delay", "max_cost", "gone_grace")
 _SECRET_OPTS = ("api_key", "azure_ad_token", "key", "token")
 
 
@@ -611,16 +644,18 @@ def _as_dict(value: Mapping[str, Any] | str | None, name: str) -> dict[str, Any]
     return dict(value)
 
 
-def from_spec(spec: BackendSpec, **options: Any) -> OpenAIBackend:
-    """Build the backend for ``openai:<model>``, ``azure:<deployment>`` or
-    ``openai-compatible:<base_url>#<model>``; options as in :class:`OpenAIBackend` (strings from the
-    spec's ``?key=value`` part are converted)."""
+def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
+    """The options of an ``openai``/``azure``/``openai-compatible`` spec converted and checked
+    without building a client: no credentials in the spec, known names, numbers and yes/no values,
+    ``detail``, ``concurrency``, and for OpenAI-compatible servers ``http(s)://host/...#model``.
+    Returns the keyword arguments of :class:`OpenAIBackend` (``model`` and ``base_url`` included)."""
     leaked = [k for k in spec.options if k.lower() in _SECRET_OPTS]
     if leaked:
         raise BackendError(
             f"do not put credentials in the backend spec (it is written into results): remove {', '.join(leaked)}; "
             "use the environment (OPENAI_API_KEY, AZURE_OPENAI_API_KEY) or the api_key= argument"
         )
+    check_known(spec.kind, options, [p for p in inspect.signature(OpenAIBackend.__init__).parameters if p not in ("self", "model", "kind", "spec")])
     opts: dict[str, Any] = dict(options)
     for k in _INT_OPTS:
         if isinstance(opts.get(k), str):
@@ -631,6 +666,11 @@ def from_spec(spec: BackendSpec, **options: Any) -> OpenAIBackend:
     if "logprobs" in opts and opts["logprobs"] is not None:
         opts["logprobs"] = as_bool(opts["logprobs"], "logprobs")
     opts = {k: v for k, v in opts.items() if v is not None}
+    if opts.get("detail") is not None and opts["detail"] not in DETAILS:
+        raise OptionError(f"option detail={opts['detail']!r} is not one of {', '.join(DETAILS)}")
+    if isinstance(opts.get("concurrency"), int) and opts["concurrency"] < 1:
+        raise OptionError(f"option concurrency={opts['concurrency']!r}: at least 1 request must be in flight")
+    opts["model"] = spec.target
     if spec.kind == "openai-compatible":
         if "#" not in spec.target:
             raise BackendError(f"openai-compatible spec {spec.raw!r} needs base_url#model, e.g. openai-compatible:http://127.0.0.1:8000/v1#llava-hf/llava-1.5-7b-hf")
@@ -638,5 +678,15 @@ def from_spec(spec: BackendSpec, **options: Any) -> OpenAIBackend:
         if not model:
             raise BackendError(f"openai-compatible spec {spec.raw!r} names no model after '#'")
         opts.setdefault("base_url", base_url)
-        return OpenAIBackend(model, kind="openai-compatible", spec=spec.raw, **opts)
-    return OpenAIBackend(spec.target, kind=spec.kind, spec=spec.raw, **opts)
+        if not urlsplit(str(opts["base_url"])).scheme.startswith("http") or not urlsplit(str(opts["base_url"])).netloc:
+            raise BackendError(f"openai-compatible spec {spec.raw!r}: the base URL {opts['base_url']!r} is not http(s)://host[:port]/...")
+        opts["model"] = model
+    return opts
+
+
+def from_spec(spec: BackendSpec, **options: Any) -> OpenAIBackend:
+    """Build the backend for ``openai:<model>``, ``azure:<deployment>`` or
+    ``openai-compatible:<base_url>#<model>``; options as in :class:`OpenAIBackend` (strings from the
+    spec's ``?key=value`` part are converted)."""
+    opts = check_options(spec, **options)
+    return OpenAIBackend(opts.pop("model"), kind=spec.kind, spec=spec.raw, **opts)

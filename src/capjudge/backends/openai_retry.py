@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from capjudge.backends.base import BackendError, ContextLengthError
+from capjudge.redact import scrub
 
 RETRY_STATUS = frozenset({408, 409, 429})
 
@@ -25,10 +26,11 @@ class APIRequestError(BackendError):
     """A call that failed for good; ``status`` is the HTTP status (``None`` for network errors)."""
 
     def __init__(self, message: str, *, status: int | None = None, code: str | None = None, retryable: bool = False, attempts: int = 1) -> None:
-        super().__init__(message)
+        super().__init__(scrub(message))
         self.status = status
         self.code = code
         self.retryable = retryable
+        self.resumable = retryable  # retries ran out on a transient failure: a re-run may succeed
         self.attempts = attempts
 
 
@@ -51,9 +53,18 @@ class RetryPolicy:
         return random.uniform(0, min(self.max_delay, self.base_delay * (2**attempt)))
 
 
-def _status(exc: BaseException) -> int | None:
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of a failed call (``None`` when no answer came)."""
     status = getattr(exc, "status_code", None)
     return int(status) if isinstance(status, int) else None
+
+
+def is_connection_failure(exc: BaseException) -> bool:
+    """Refused, reset or dropped before an answer: the server may be gone. Timeouts are not
+    counted: a slow server is still there."""
+    import openai
+
+    return isinstance(exc, openai.APIConnectionError) and not isinstance(exc, openai.APITimeoutError)
 
 
 def is_retryable(exc: BaseException) -> bool:
@@ -64,7 +75,7 @@ def is_retryable(exc: BaseException) -> bool:
         return True
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
         return True
-    status = _status(exc)
+    status = http_status(exc)
     if status is None:
         return isinstance(exc, openai.APIResponseValidationError)
     if status == 429 and getattr(exc, "code", None) == "insufficient_quota":
@@ -119,7 +130,7 @@ def describe(exc: BaseException, *, attempts: int = 1) -> BackendError:
         cause = exc.__cause__ or exc.__context__
         detail = f": {cause}" if cause else ""
         return APIRequestError(f"connection error{tried}{detail}", retryable=True, attempts=attempts)
-    status = _status(exc)
+    status = http_status(exc)
     if status is not None:
         body = getattr(exc, "body", None)
         message = body.get("message") if isinstance(body, dict) else None
@@ -129,6 +140,6 @@ def describe(exc: BaseException, *, attempts: int = 1) -> BackendError:
         err_cls = ContextLengthError if code == "context_length_exceeded" else APIRequestError
         text = f"HTTP {status}{code_part}{tried}: {message}"
         if err_cls is ContextLengthError:
-            return ContextLengthError(text)
+            return ContextLengthError(scrub(text))
         return APIRequestError(text, status=status, code=code, retryable=is_retryable(exc), attempts=attempts)
     return APIRequestError(f"{type(exc).__name__}{tried}: {exc}", attempts=attempts)

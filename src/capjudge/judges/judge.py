@@ -7,13 +7,13 @@ The judge renders the method's templates, hands the backend all requests of a ba
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from capjudge.backends.base import Backend, Completion, GenerationConfig, Message, Request
+from capjudge.backends.faults import failure_details
 from capjudge.backends.registry import load_backend
 from capjudge.images import ImageError, LoadedImage, load_image
 from capjudge.judges import pairwise
@@ -27,6 +27,7 @@ from capjudge.parsing import parse_score_details, parse_score_list
 from capjudge.parsing._text import clean, coerce_text
 from capjudge.parsing.official import first_integer, fleur_code_number
 from capjudge.prompts.registry import Method, TemplateError, get_method, get_template
+from capjudge.redact import get_logger
 from capjudge.types import (
     ImageInput,
     PairResult,
@@ -36,7 +37,7 @@ from capjudge.types import (
     normalize_caption,
 )
 
-log = logging.getLogger(__name__)
+log = get_logger(__name__)
 
 API_KINDS = frozenset({"openai", "azure", "openai-compatible"})
 
@@ -54,6 +55,7 @@ class _Prepared:
     image: LoadedImage | None = None
     error: str | None = None
     context: str | None = None
+    cause: BaseException | None = None  # the backend failure behind ``error``, if any
 
 
 def _image_key(image: Any) -> Any:
@@ -175,8 +177,10 @@ class Judge:
             **fields,
         )
 
-    def _error(self, prep: _Prepared, message: str, raw: str | None = None) -> ScoreResult:
-        return self._result(prep, score=None, raw=raw, status="error", error=message)
+    def _error(self, prep: _Prepared, message: str, raw: str | None = None, cause: BaseException | None = None) -> ScoreResult:
+        """An error record; ``cause`` (a backend failure) says whether a re-run may cure it."""
+        details = failure_details(cause) if cause is not None else {}
+        return self._result(prep, score=None, raw=raw, status="error", error=message, details=details)
 
     # ------------------------------------------------------------------ requests
     def _messages(self, prompt: str, image: LoadedImage, history: Sequence[Message] = ()) -> tuple[Message, ...]:
@@ -273,9 +277,11 @@ class Judge:
             cfg = self._config(self.method.context_max_new_tokens, False, self.method.context_temperature)
             reqs = [Request(self._messages(prompt, todo[s]), cfg) for s in shas]
             failures: dict[str, str] = {}
+            causes: dict[str, BaseException] = {}
             for sha, out in zip(shas, self.backend.generate(reqs)):
                 if isinstance(out, BaseException):
                     failures[sha] = f"{type(out).__name__}: {out}"
+                    causes[sha] = out
                 elif not out.text.strip():
                     failures[sha] = "the model returned an empty context"
                 else:
@@ -284,6 +290,7 @@ class Judge:
                 assert p.image is not None
                 if p.image.sha256 in failures:
                     p.error = f"sample {_sample_id(p.sample, p.index)}: first step ({name}) failed for image {p.image.label!r}: {failures[p.image.sha256]}"
+                    p.cause = causes.get(p.image.sha256)
         for p in preps:
             assert p.image is not None
             if p.error is None:
@@ -431,7 +438,9 @@ class Judge:
         except Exception as exc:  # noqa: BLE001 - a backend crash fails the batch's samples, not the run
             log.exception("context step failed")
             for p in valid:
-                p.error = p.error or f"sample {_sample_id(p.sample, p.index)}: first step failed: {type(exc).__name__}: {exc}"
+                if p.error is None:
+                    p.error = f"sample {_sample_id(p.sample, p.index)}: first step failed: {type(exc).__name__}: {exc}"
+                    p.cause = exc
         valid = [p for p in valid if p.error is None]
         if self.method.kind == "listwise":
             results.update(self._score_listwise(valid))
@@ -447,12 +456,12 @@ class Judge:
             outs = self._generate(reqs)
             for p, out in zip(ready, outs):
                 if isinstance(out, BaseException):
-                    results[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: backend error: {type(out).__name__}: {out}")
+                    results[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: backend error: {type(out).__name__}: {out}", cause=out)
                 else:
                     results[p.index] = self._parse_safely(p, out)
         for p in preps:
             if p.index not in results:
-                results[p.index] = self._error(p, p.error or f"sample {_sample_id(p.sample, p.index)}: not judged")
+                results[p.index] = self._error(p, p.error or f"sample {_sample_id(p.sample, p.index)}: not judged", cause=p.cause)
         return [results[p.index] for p in preps]
 
     def _generate(self, reqs: Sequence[Request]) -> list[Completion | BaseException]:
@@ -492,7 +501,7 @@ class Judge:
         for g, comp in zip(members, self._generate(reqs)):
             if isinstance(comp, BaseException):
                 for p in g:
-                    out[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: backend error: {type(comp).__name__}: {comp}")
+                    out[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: backend error: {type(comp).__name__}: {comp}", cause=comp)
                 continue
             scores = parse_score_list(comp.text, len(g), low=low, high=high)
             for k, (p, sc) in enumerate(zip(g, scores)):

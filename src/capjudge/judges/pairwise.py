@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 from capjudge.backends.base import Request
+from capjudge.backends.faults import failure_details
 from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
 from capjudge.parsing import parse_verdict
 from capjudge.prompts.registry import TemplateError, get_template
@@ -136,7 +137,7 @@ def _compare_by_grading(judge: Judge, pairs: Sequence[tuple[int, Pair | None, An
                 raw=[ra.raw, rb.raw],
                 status="ok" if verdict is not None else "error",
                 error="; ".join(e for e in errors if e) or None,
-                details={"smoothed": [ra.smoothed, rb.smoothed]},
+                details={"smoothed": [ra.smoothed, rb.smoothed], **({"resumable": True} if any(r.details.get("resumable") for r in (ra, rb)) else {})},
             )
         )
     return out
@@ -175,7 +176,7 @@ def _compare_dual(judge: Judge, pairs: Sequence[tuple[int, Pair | None, Any, str
         o1, o2 = outs[2 * k], outs[2 * k + 1]
         failed = [o for o in (o1, o2) if isinstance(o, BaseException)]
         if failed:
-            by_index[i] = _pair_result(judge, i, p, item, "pairwise", verdict=None, status="error", error=f"pair {p.id or i}: backend error: {type(failed[0]).__name__}: {failed[0]}")
+            by_index[i] = _pair_result(judge, i, p, item, "pairwise", verdict=None, status="error", error=f"pair {p.id or i}: backend error: {type(failed[0]).__name__}: {failed[0]}", details=failure_details(failed[0]))
             continue
         t1, t2 = o1.text, o2.text  # type: ignore[union-attr]
         v1 = parse_verdict(t1)

@@ -11,18 +11,24 @@ import json
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+# Only light modules at the top: building the parser (`capjudge --help`) must not import numpy or
+# scipy; the handlers import the statistics when they run.
 from capjudge.metaeval.datasets import DATASET_NAMES, Benchmark, DatasetError, load_dataset
-from capjudge.metaeval.join import load_results
-from capjudge.metaeval.protocols import MetaEval, evaluate
-from capjudge.metaeval.stats import TIE_RULES
+
+if TYPE_CHECKING:
+    from capjudge.metaeval.protocols import MetaEval
+
+# The tie rules of capjudge.metaeval.stats.TIE_RULES, spelled out here so that building the parser
+# does not import scipy (a test checks that the two agree).
+TIE_CHOICES: tuple[str, ...] = ("wrong", "half")
 
 
 def _add_eval_options(p: argparse.ArgumentParser, *, bootstrap_default: int = 0) -> None:
     p.add_argument("--dataset", required=True, help=f"benchmark: {', '.join(DATASET_NAMES)}")
     p.add_argument("--human", required=True, metavar="PATH", help="the benchmark's annotation file (local)")
-    p.add_argument("--ties", choices=TIE_RULES, default="wrong", help="pairwise tie rule: a tie is wrong (FLEUR, default) or half right")
+    p.add_argument("--ties", choices=TIE_CHOICES, default="wrong", help="pairwise tie rule: a tie is wrong (FLEUR, default) or half right")
     p.add_argument("--bootstrap", type=int, default=bootstrap_default, metavar="N", help="bootstrap resamples for 95%% CIs (0: none)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or one JSON object")
@@ -79,6 +85,9 @@ def _load_bench(args: argparse.Namespace) -> Benchmark:
 
 
 def _evaluate_file(bench: Benchmark, path: str, args: argparse.Namespace) -> MetaEval:
+    from capjudge.metaeval.join import load_results
+    from capjudge.metaeval.protocols import evaluate
+
     return evaluate(bench, load_results(path), ties=args.ties, bootstrap=max(0, args.bootstrap), seed=args.seed)
 
 
@@ -141,6 +150,17 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     images = Path(args.images)
     if not images.is_dir():
         return _err(f"image folder not found: {images}")
+    from capjudge.preflight import PreflightError, check_backend, check_output
+    from capjudge.prompts.registry import UnknownMethodError, get_method
+
+    try:  # everything that can be checked before the model loads (minutes for a 13B model)
+        check_output(args.out, inputs=[args.human])
+        check_backend(args.backend, {})
+        kind = get_method(args.method).kind
+    except (PreflightError, UnknownMethodError) as exc:
+        return _err(str(exc))
+    if kind == "pairwise" and bench.kind != "pairs":
+        return _err(f"method {args.method!r} compares pairs; {bench.name} needs scores")
     from capjudge.backends.base import BackendError
     from capjudge.judges.judge import Judge  # lazy: pulls in the backends
 
@@ -155,24 +175,41 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     except ValueError as exc:  # unknown method or backend, bad option values: a usage error
         return _err(f"cannot build the judge: {exc}")
     out = Path(args.out)
+    from capjudge.summary import RunTally
+
+    tally = RunTally(method=args.method, smoothing=bool(getattr(judge.method, "smoothing", False)))
     try:
-        if getattr(judge.method, "kind", "score") == "pairwise":
-            if bench.kind != "pairs":
-                return _err(f"method {args.method!r} compares pairs; {bench.name} needs scores")
+        if kind == "pairwise":
             pairs = bench.pair_inputs(images)
             print(f"{bench.name}: comparing {len(pairs)} pairs with {args.method} on {args.backend}", file=sys.stderr)
-            _write_results(out, _progress(judge.compare_many(pairs), len(pairs), "pairs"))
+            _write_results(out, _tallied(_progress(judge.compare_many(pairs), len(pairs), "pairs"), tally))
         else:
             samples = bench.samples(images)
             print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {args.backend}", file=sys.stderr)
-            _write_results(out, _progress(judge.score_many(samples), len(samples), "samples"))
+            _write_results(out, _tallied(_progress(judge.score_many(samples), len(samples), "samples"), tally))
     finally:
         close = getattr(judge, "close", None)
         if callable(close):
             close()
     print(f"results written to {out}", file=sys.stderr)
+    from capjudge.metaeval.join import load_results
+    from capjudge.metaeval.protocols import evaluate
+
     ev = evaluate(bench, load_results(out), ties=args.ties, bootstrap=max(0, args.bootstrap), seed=args.seed)
-    return _emit(ev, args)
+    code = _emit(ev, args)
+    for warning in tally.warnings():
+        print(f"capjudge: {warning}", file=sys.stderr)
+    message = tally.backend_failure_message()
+    if message:  # samples failed for backend reasons: exit 3, as `capjudge score`
+        print(f"capjudge: {message}", file=sys.stderr)
+        return 3
+    return code
+
+
+def _tallied(results: Iterable[Any], tally: Any) -> Iterator[Any]:
+    for result in results:
+        tally.add(result)
+        yield result
 
 
 def cmd_report(args: argparse.Namespace) -> int:

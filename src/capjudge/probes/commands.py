@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from capjudge.cli import (
     EXIT_OK,
@@ -18,23 +18,20 @@ from capjudge.cli import (
     _console,
     _make_judge,
     _method_with_template,
+    _preflight,
 )
-from capjudge.probes.choose_one import (
+
+# Only light modules at the top (perturbations is the standard library only): building the parser
+# (`capjudge --help`) must not import the judge, numpy or matplotlib; the handlers import them.
+from capjudge.probes.perturbations import (
     DEFAULT_FLAW_KINDS,
-    ChoiceGroup,
-    build_groups,
-    group_from_row,
-    run_choose_one,
+    KINDS,
+    UnknownPerturbationError,
+    resolve_kinds,
 )
-from capjudge.probes.perturbations import KINDS, UnknownPerturbationError, resolve_kinds
-from capjudge.probes.report import (
-    choose_one_markdown,
-    hardening_markdown,
-    probe_markdown,
-    probe_plot,
-    write_json,
-)
-from capjudge.probes.runner import compare_hardening, run_probe
+
+if TYPE_CHECKING:
+    from capjudge.probes.choose_one import ChoiceGroup
 
 
 def register(subparsers: Any) -> None:
@@ -110,11 +107,14 @@ def cmd_probe(args: argparse.Namespace) -> int:
     """``capjudge probe``."""
     from capjudge.io import ResultWriter
     from capjudge.judges.judge import Judge
+    from capjudge.probes.report import hardening_markdown, probe_markdown, probe_plot, write_json
+    from capjudge.probes.runner import compare_hardening, run_probe
     from capjudge.prompts.registry import get_method
 
     kinds = _kinds(args.kinds)
     method = _method_with_template(args.method, args.template, args.template_file)
     other = get_method(args.compare_method) if args.compare_method else None
+    _preflight(args, inputs=[(args.captions, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot)])
     samples, bad = _read_captions(args.captions, args.limit)
     if not samples:
         raise UsageError(f"{args.captions}: no usable caption rows")
@@ -158,8 +158,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
 def cmd_choose_one(args: argparse.Namespace) -> int:
     """``capjudge choose-one``."""
     from capjudge.io import BadRow, read_rows
+    from capjudge.probes.choose_one import build_groups, group_from_row, run_choose_one
+    from capjudge.probes.report import choose_one_markdown, write_json
 
     method = _method_with_template(args.method, args.template, args.template_file)
+    _preflight(args, inputs=[(args.input, ("image",)), (args.captions, ("image", "caption"))], reports=[("--out-json", args.out_json), ("--markdown", args.markdown)])
     bad: list[str] = []
     if args.input:
         groups: list[ChoiceGroup] = []

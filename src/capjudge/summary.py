@@ -1,0 +1,103 @@
+"""What a ``score`` or ``compare`` run tells its user at the end: counts, smoothed against raw
+scores, failures a re-run may cure, and the warnings that must not go unnoticed.
+
+:class:`RunTally` takes every result as it is written (``add``) and gives the summary rows, the
+warnings and whether the exit code should say "samples failed for backend reasons".
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from capjudge.redact import stable
+
+_SAMPLE_PREFIX = re.compile(r"^(?:sample|pair) [^:]*: (?:backend error: )?")
+NO_LOGPROBS = "no token probabilities"  # in details.smoothing when the backend gave none
+
+
+@dataclass
+class RunTally:
+    """Counts over a run's results. ``smoothing``: the method smooths its scores (FLEUR family)."""
+
+    method: str = ""
+    smoothing: bool = False
+    ok: int = 0
+    failed: int = 0
+    cached: int = 0
+    score_sum: float = 0.0
+    smoothed: int = 0
+    raw: int = 0
+    raw_no_logprobs: int = 0
+    verdicts: Counter[str] = field(default_factory=Counter)
+    resumable: int = 0
+    causes: Counter[str] = field(default_factory=Counter)
+
+    def add(self, result: Any) -> None:
+        """Count one :class:`~capjudge.types.ScoreResult` or :class:`~capjudge.types.PairResult`."""
+        details = result.details or {}
+        cached = details.get("cached")
+        self.cached += all(cached) if isinstance(cached, list) and cached else bool(cached)
+        if not result.ok:
+            self.failed += 1
+            if details.get("resumable"):
+                self.resumable += 1
+                self.causes[_SAMPLE_PREFIX.sub("", stable(result.error or "unknown cause"))] += 1
+            return
+        self.ok += 1
+        verdict = getattr(result, "verdict", None)
+        if verdict is not None:
+            self.verdicts[verdict] += 1
+            return
+        self.score_sum += result.score or 0.0
+        if self.smoothing:
+            if result.smoothed:
+                self.smoothed += 1
+            else:
+                self.raw += 1
+                self.raw_no_logprobs += NO_LOGPROBS in str(details.get("smoothing", ""))
+
+    @property
+    def main_cause(self) -> str | None:
+        """The most common cause among the failures a re-run may cure."""
+        return self.causes.most_common(1)[0][0] if self.causes else None
+
+    def score_rows(self) -> list[tuple[str, str]]:
+        """Summary rows of a scoring run."""
+        rows = [("scored", str(self.ok))]
+        if self.smoothing:
+            rows += [("  smoothed", str(self.smoothed)), ("  raw (not smoothed)", str(self.raw))]
+        rows += self.failure_rows()
+        rows += [("cache hits", str(self.cached)), ("mean score", f"{self.score_sum / self.ok:.4g}" if self.ok else "-")]
+        return rows
+
+    def failure_rows(self) -> list[tuple[str, str]]:
+        """``failed`` and, when there are any, how many of them a re-run may cure."""
+        rows = [("failed", str(self.failed))]
+        if self.resumable:
+            rows.append(("  for backend reasons", str(self.resumable)))
+        return rows
+
+    def warnings(self) -> list[str]:
+        """Loud warnings: a smoothing method that got no log-probabilities."""
+        out = []
+        if self.smoothing and self.raw_no_logprobs:
+            out.append(
+                f"WARNING: {self.method} smooths its score over the digit probabilities, but the backend returned no "
+                f"log-probabilities for {self.raw_no_logprobs} of {self.ok} scored samples: those scores are the raw "
+                "numbers the model wrote (smoothed: false), not FLEUR's smoothed score, and must not be compared with "
+                "smoothed ones. Use a backend or server that returns logprobs (some servers, e.g. `transformers serve`, "
+                "drop them), or estimate_by_sampling=N."
+            )
+        return out
+
+    def backend_failure_message(self) -> str | None:
+        """The closing message when samples failed for backend reasons (exit code 3), else None."""
+        if not self.resumable:
+            return None
+        return (
+            f"{self.resumable} sample(s) failed for backend reasons ({self.main_cause}). Their records have "
+            'status "error"; re-run the same command to resume.'
+        )
