@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ def _add_eval_options(p: argparse.ArgumentParser, *, bootstrap_default: int = 0)
     p.add_argument("--bootstrap", type=int, default=bootstrap_default, metavar="N", help="bootstrap resamples for 95%% CIs (0: none)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or one JSON object")
+    p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
 
 
 def register(subparsers: Any) -> None:
@@ -84,11 +86,36 @@ def _load_bench(args: argparse.Namespace) -> Benchmark:
     return load_dataset(args.dataset, args.human)
 
 
-def _evaluate_file(bench: Benchmark, path: str, args: argparse.Namespace) -> MetaEval:
+def _evaluate_file(bench: Benchmark, path: str, args: argparse.Namespace, progress: Callable[[], None] | None = None) -> MetaEval:
     from capjudge.metaeval.join import load_results
     from capjudge.metaeval.protocols import evaluate
 
-    return evaluate(bench, load_results(path), ties=args.ties, bootstrap=max(0, args.bootstrap), seed=args.seed)
+    return evaluate(bench, load_results(path), ties=args.ties, bootstrap=max(0, args.bootstrap), seed=args.seed, progress=progress)
+
+
+@contextmanager
+def _bootstrap_bars(paths: Sequence[str], resamples: int, quiet: bool) -> Iterator[Callable[[int], Callable[[], None] | None]]:
+    """Progress bars on stderr, one per results file, advanced once per bootstrap resample (1,000
+    resamples over a benchmark take a minute or more); yields ``bar(i)``, the callback of file
+    ``i`` (``None`` when quiet or without bootstrap)."""
+    if quiet or resamples <= 0:
+        yield lambda _i: None
+        return
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
+
+    from capjudge.cli import _console
+
+    columns = (TextColumn("bootstrap {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=_console(), transient=False) as progress:
+        tasks = [progress.add_task(Path(p).name, total=resamples) for p in paths]
+        yield lambda i: (lambda: progress.advance(tasks[i]))
 
 
 def _emit(ev: MetaEval, args: argparse.Namespace) -> int:
@@ -111,7 +138,8 @@ def cmd_meta_eval(args: argparse.Namespace) -> int:
     """``capjudge meta-eval``: print the benchmark's measures for one results file."""
     try:
         bench = _load_bench(args)
-        ev = _evaluate_file(bench, args.scores, args)
+        with _bootstrap_bars([args.scores], args.bootstrap, args.quiet) as bar:
+            ev = _evaluate_file(bench, args.scores, args, bar(0))
     except (DatasetError, FileNotFoundError, OSError) as exc:
         return _err(str(exc))
     return _emit(ev, args)
@@ -128,11 +156,11 @@ def _limited(bench: Benchmark, limit: int | None) -> Benchmark:
     return bench
 
 
-def _progress(items: Iterable[Any], total: int, label: str) -> Iterator[Any]:
+def _progress(items: Iterable[Any], total: int, label: str, quiet: bool = False) -> Iterator[Any]:
     """The CLI's progress bar (stderr)."""
     from capjudge.cli import _progress as bar
 
-    return bar(items, total, label, quiet=False)
+    return bar(items, total, label, quiet=quiet)
 
 
 def _write_results(path: Path, results: Iterable[Any]) -> None:
@@ -182,11 +210,11 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
         if kind == "pairwise":
             pairs = bench.pair_inputs(images)
             print(f"{bench.name}: comparing {len(pairs)} pairs with {args.method} on {args.backend}", file=sys.stderr)
-            _write_results(out, _tallied(_progress(judge.compare_many(pairs), len(pairs), "pairs"), tally))
+            _write_results(out, _tallied(_progress(judge.compare_many(pairs), len(pairs), "pairs", args.quiet), tally))
         else:
             samples = bench.samples(images)
             print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {args.backend}", file=sys.stderr)
-            _write_results(out, _tallied(_progress(judge.score_many(samples), len(samples), "samples"), tally))
+            _write_results(out, _tallied(_progress(judge.score_many(samples), len(samples), "samples", args.quiet), tally))
     finally:
         close = getattr(judge, "close", None)
         if callable(close):
@@ -195,7 +223,8 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     from capjudge.metaeval.join import load_results
     from capjudge.metaeval.protocols import evaluate
 
-    ev = evaluate(bench, load_results(out), ties=args.ties, bootstrap=max(0, args.bootstrap), seed=args.seed)
+    with _bootstrap_bars([str(out)], args.bootstrap, args.quiet) as bar:
+        ev = evaluate(bench, load_results(out), ties=args.ties, bootstrap=max(0, args.bootstrap), seed=args.seed, progress=bar(0))
     code = _emit(ev, args)
     for warning in tally.warnings():
         print(f"capjudge: {warning}", file=sys.stderr)
@@ -214,29 +243,30 @@ def _tallied(results: Iterable[Any], tally: Any) -> Iterator[Any]:
 
 def cmd_report(args: argparse.Namespace) -> int:
     """``capjudge report``: several results files on one benchmark, one table with CIs."""
-    from capjudge.metaeval.report import comparison_markdown, format_comparison
+    from capjudge.metaeval.report import comparison_markdown, format_comparison, unique_labels
 
     names = args.names
     if names and len(names) != len(args.scores):
         return _err(f"--names gives {len(names)} names for {len(args.scores)} results files")
     try:
         bench = _load_bench(args)
-        evals = [_evaluate_file(bench, path, args) for path in args.scores]
+        with _bootstrap_bars(args.scores, args.bootstrap, args.quiet) as bar:
+            evals = [_evaluate_file(bench, path, args, bar(i)) for i, path in enumerate(args.scores)]
     except (DatasetError, FileNotFoundError, OSError) as exc:
         return _err(str(exc))
+    labels = unique_labels(evals, names)
     if args.format == "json":
         rows = []
-        for i, ev in enumerate(evals):
+        for label, ev in zip(labels, evals, strict=True):
             d = ev.to_dict()
-            if names:
-                d["judge"] = names[i]
+            d["judge"] = label
             rows.append(d)
         print(json.dumps({"dataset": bench.name, "results": rows}, ensure_ascii=False))
     else:
         print(format_comparison(evals, names))
-        for i, ev in enumerate(evals):
+        for label, ev in zip(labels, evals, strict=True):
             for note in ev.notes:
-                print(f"note [{names[i] if names else ev.label}]: {note}")
+                print(f"note [{label}]: {note}")
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(comparison_markdown(evals, names), encoding="utf-8")

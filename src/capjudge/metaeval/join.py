@@ -36,6 +36,20 @@ class LoadedResults:
     scale: tuple[float, float] | None = None
     methods: Counter[str] = field(default_factory=Counter)
     backends: Counter[str] = field(default_factory=Counter)
+    smoothed: int = 0  # scores used, by how they were made (records without "smoothed": neither)
+    raw: int = 0
+
+    @property
+    def scores_kind(self) -> str:
+        """How the scores were made: ``smoothed``, ``raw``, ``mixed (n smoothed, m raw)``,
+        ``verdicts`` (pairwise records only) or ``-`` (the records do not say)."""
+        if self.smoothed and self.raw:
+            return f"mixed ({self.smoothed} smoothed, {self.raw} raw)"
+        if self.smoothed:
+            return "smoothed"
+        if self.raw:
+            return "raw"
+        return "verdicts" if self.verdicts and not self.scores else "-"
 
     @property
     def label(self) -> str:
@@ -88,6 +102,11 @@ def _add_record(res: LoadedResults, rec: dict[str, Any], scales: Counter[tuple[f
             return
         res.scores[key] = score
         res.failed.pop(key, None)  # a later successful re-run wins over an earlier failure
+        if isinstance(rec.get("smoothed"), bool):
+            if rec["smoothed"]:
+                res.smoothed += 1
+            else:
+                res.raw += 1
     elif key not in res.scores:
         res.failed[key] = err if not ok else "null score"
 

@@ -19,6 +19,7 @@ every statistic and counted in :attr:`MetaEval.counts`.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,6 +28,8 @@ import numpy as np
 from capjudge.metaeval import stats
 from capjudge.metaeval.datasets import PASCAL_CATEGORIES, Benchmark, iter_keys, normalize_caption
 from capjudge.metaeval.join import LoadedResults
+
+Progress = Callable[[], None] | None
 
 PRIMARY: dict[str, str] = {
     "flickr8k-expert": "tau_c",
@@ -64,6 +67,7 @@ class MetaEval:
     notes: list[str] = field(default_factory=list)
     ties: str = "wrong"
     bootstrap: int = 0
+    scores_kind: str = "-"  # smoothed / raw / mixed (...) / verdicts: see LoadedResults.scores_kind
     # raw material for plots
     human: np.ndarray | None = None
     judge: np.ndarray | None = None
@@ -85,6 +89,7 @@ class MetaEval:
         out.update({k: num(v) for k, v in self.measures.items()})
         out["primary"] = self.primary
         out["unit"] = self.unit
+        out["scores_kind"] = self.scores_kind
         out["protocol"] = self.protocol
         if self.dataset in ("pascal50s", "foil"):
             out["ties"] = self.ties
@@ -128,7 +133,7 @@ def _expand(idx: np.ndarray, order: np.ndarray, starts: np.ndarray, lengths: np.
     return order[np.repeat(starts[idx], ln) + offsets]
 
 
-def evaluate_ratings(bench: Benchmark, res: LoadedResults, *, bootstrap: int = 0, seed: int = 0) -> MetaEval:
+def evaluate_ratings(bench: Benchmark, res: LoadedResults, *, bootstrap: int = 0, seed: int = 0, progress: Progress = None) -> MetaEval:
     """Correlation protocols (Flickr8k-Expert/CF, Composite, THumB)."""
     judge: list[float] = []
     human: list[float] = []
@@ -192,7 +197,7 @@ def evaluate_ratings(bench: Benchmark, res: LoadedResults, *, bootstrap: int = 0
             out.by_category[name] = {"n": int(sel.sum()), "tau_c": 100.0 * stats.kendall_tau_c(j[sel], h[sel])}
     if bootstrap and len(unit_of) >= 2:
         order, starts, lengths = _unit_rows(u)
-        out.ci = stats.bootstrap_cis(lambda idx: measure(_expand(idx, order, starts, lengths)), len(unit_of), n_resamples=bootstrap, seed=seed)
+        out.ci = stats.bootstrap_cis(lambda idx: measure(_expand(idx, order, starts, lengths)), len(unit_of), n_resamples=bootstrap, seed=seed, progress=progress)
         out.notes.append(f"95% CIs: percentile bootstrap over judged captions ({bootstrap} resamples, seed {seed})")
     human_keys = set(iter_keys(bench))
     out.counts = {
@@ -241,7 +246,7 @@ def _pair_outcome(res: LoadedResults, image: str, caps: tuple[str, str], keys: t
     return "unmatched", "", ""
 
 
-def evaluate_pairs(bench: Benchmark, res: LoadedResults, *, ties: stats.TieRule = "wrong", bootstrap: int = 0, seed: int = 0) -> MetaEval:
+def evaluate_pairs(bench: Benchmark, res: LoadedResults, *, ties: stats.TieRule = "wrong", bootstrap: int = 0, seed: int = 0, progress: Progress = None) -> MetaEval:
     """Pairwise-accuracy protocols (Pascal-50S, FOIL)."""
     outcomes: dict[str, list[int]] = {}
     failed: dict[str, int] = {}
@@ -308,6 +313,8 @@ def evaluate_pairs(bench: Benchmark, res: LoadedResults, *, ties: stats.TieRule 
             for k, v in accs(resampled).items():
                 if not math.isnan(v):
                     samples.setdefault(k, []).append(v)
+            if progress is not None:
+                progress()
         out.ci = {k: (float(np.quantile(v, 0.025)), float(np.quantile(v, 0.975))) for k, v in samples.items()}
         out.notes.append(f"95% CIs: percentile bootstrap over pairs within each category ({bootstrap} resamples, seed {seed})")
     out.notes.append(
@@ -349,8 +356,12 @@ def _common_notes(out: MetaEval, res: LoadedResults, failure_examples: list[str]
         out.notes.append(f"{res.conflicts} samples scored twice with different scores (the first score is used)")
 
 
-def evaluate(bench: Benchmark, res: LoadedResults, *, ties: stats.TieRule = "wrong", bootstrap: int = 0, seed: int = 0) -> MetaEval:
-    """Meta-evaluate ``res`` on ``bench`` with the benchmark's published protocol."""
+def evaluate(bench: Benchmark, res: LoadedResults, *, ties: stats.TieRule = "wrong", bootstrap: int = 0, seed: int = 0, progress: Progress = None) -> MetaEval:
+    """Meta-evaluate ``res`` on ``bench`` with the benchmark's published protocol. ``progress``
+    is called after each bootstrap resample (a progress bar)."""
     if bench.kind == "pairs":
-        return evaluate_pairs(bench, res, ties=ties, bootstrap=bootstrap, seed=seed)
-    return evaluate_ratings(bench, res, bootstrap=bootstrap, seed=seed)
+        ev = evaluate_pairs(bench, res, ties=ties, bootstrap=bootstrap, seed=seed, progress=progress)
+    else:
+        ev = evaluate_ratings(bench, res, bootstrap=bootstrap, seed=seed, progress=progress)
+    ev.scores_kind = res.scores_kind
+    return ev

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from capjudge.metaeval.protocols import MetaEval
 
@@ -50,7 +52,7 @@ def _grid(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
 def format_table(ev: MetaEval) -> str:
     """The ``--format table`` output of ``capjudge meta-eval``."""
     cols = COLUMNS.get(ev.dataset, [(ev.primary, ev.primary)])
-    lines = [f"{ev.dataset}: {ev.label}  ({ev.scores_path})", f"protocol: {ev.protocol}", ""]
+    lines = [f"{ev.dataset}: {ev.label}  ({ev.scores_path})", f"protocol: {ev.protocol}", f"scores: {ev.scores_kind}", ""]
     lines.append(_grid([h for _, h in cols], [[fmt_ci(ev, k) for k, _ in cols]]))
     if ev.by_category and ev.dataset in ("pascal50s", "foil"):
         lines.append("")
@@ -70,20 +72,48 @@ def format_table(ev: MetaEval) -> str:
     return "\n".join(lines)
 
 
+def unique_labels(evals: Sequence[MetaEval], names: Sequence[str] | None = None) -> list[str]:
+    """One label per row: the given name, else ``method @ backend``. Rows that share a label get
+    their results file's name added (its path when the names are equal too; a number when the
+    same file is given twice), so that no two rows read the same."""
+    base = [names[i] if names and i < len(names) else ev.label for i, ev in enumerate(evals)]
+    shared = Counter(base)
+
+    def with_file(describe: Callable[[MetaEval], str]) -> list[str]:
+        return [f"{b} ({describe(ev)})" if shared[b] > 1 else b for b, ev in zip(base, evals, strict=True)]
+
+    by_name = with_file(lambda ev: Path(ev.scores_path).name)
+    for labels in (base, by_name, with_file(lambda ev: ev.scores_path)):
+        if len(set(labels)) == len(labels):
+            return labels
+    counts, seen = Counter(by_name), Counter[str]()
+    out = []
+    for label in by_name:
+        seen[label] += 1
+        out.append(f"{label} #{seen[label]}" if counts[label] > 1 else label)
+    return out
+
+
+def has_cis(evals: Sequence[MetaEval]) -> bool:
+    """Whether any row has a bootstrap confidence interval."""
+    return any(ev.ci for ev in evals)
+
+
 def comparison_rows(evals: Sequence[MetaEval], names: Sequence[str] | None = None) -> tuple[list[str], list[list[str]]]:
-    """Header and rows of a comparison table (one row per results file)."""
+    """Header and rows of a comparison table (one row per results file); ``scores`` says whether
+    each file's scores are smoothed or raw."""
     if not evals:
         return ["judge"], []
     cols = COLUMNS.get(evals[0].dataset, [(evals[0].primary, evals[0].primary)])
-    header = ["judge", *(h for _, h in cols), "used", "failed", "unmatched"]
+    header = ["judge", *(h for _, h in cols), "scores", "used", "failed", "unmatched"]
     rows = []
-    for i, ev in enumerate(evals):
+    for ev, name in zip(evals, unique_labels(evals, names), strict=True):
         c = ev.counts
-        name = names[i] if names and i < len(names) else ev.label
         rows.append(
             [
                 name,
                 *(fmt_ci(ev, k) for k, _ in cols),
+                ev.scores_kind,
                 str(c.get("used_rows", c.get("used_pairs", 0))),
                 str(c.get("failed_rows", c.get("failed_pairs", 0))),
                 str(c.get("unmatched_rows", c.get("unmatched_pairs", 0))),
@@ -95,7 +125,8 @@ def comparison_rows(evals: Sequence[MetaEval], names: Sequence[str] | None = Non
 def format_comparison(evals: Sequence[MetaEval], names: Sequence[str] | None = None) -> str:
     """Several judges on one benchmark as a plain-text table."""
     header, rows = comparison_rows(evals, names)
-    title = f"{evals[0].dataset} ({evals[0].unit}; 95% bootstrap CI in brackets)" if evals else ""
+    ci = "95% bootstrap CI in brackets" if has_cis(evals) else "no CIs (--bootstrap 0)"
+    title = f"{evals[0].dataset} ({evals[0].unit}; {ci})" if evals else ""
     return title + "\n" + _grid(header, rows)
 
 
@@ -108,9 +139,9 @@ def comparison_markdown(evals: Sequence[MetaEval], names: Sequence[str] | None =
     out.append("|" + "|".join("---" if i == 0 else "---:" for i in range(len(header))) + "|")
     out.extend("| " + " | ".join(esc(c) for c in r) + " |" for r in rows)
     if evals:
-        out += ["", f"Protocol: {evals[0].protocol}. Values in brackets: 95% bootstrap confidence interval."]
-        for i, ev in enumerate(evals):
-            name = names[i] if names and i < len(names) else ev.label
+        ci = "Values in brackets: 95% bootstrap confidence interval." if has_cis(evals) else "No confidence intervals (--bootstrap 0)."
+        out += ["", f"Protocol: {evals[0].protocol}. {ci} Scores: smoothed (FLEUR's digit-probability score) or raw (the number the judge wrote)."]
+        for ev, name in zip(evals, unique_labels(evals, names), strict=True):
             for note in ev.notes:
                 out.append(f"- {esc(name)}: {note}")
     return "\n".join(out) + "\n"

@@ -135,13 +135,15 @@ def bootstrap_cis(
     n_resamples: int = 1000,
     seed: int = 0,
     confidence: float = 0.95,
+    progress: Callable[[], None] | None = None,
 ) -> dict[str, tuple[float, float]]:
     """Percentile bootstrap confidence intervals of several measures at once.
 
     ``statistic(indices)`` computes the measures on the units at ``indices`` (drawn with replacement
     from ``range(n_units)``); a unit is what is resampled (a judged caption with all its rating rows,
     or a pair). Resamples where a measure is undefined (NaN) are dropped for that measure; a measure
-    never defined gets ``(nan, nan)``. Deterministic for a given ``seed``.
+    never defined gets ``(nan, nan)``. Deterministic for a given ``seed``. ``progress`` is called
+    after each resample (a progress bar).
     """
     if n_units < 2 or n_resamples < 1:
         return {}
@@ -152,6 +154,8 @@ def bootstrap_cis(
             values.setdefault(name, [])
             if not math.isnan(v):
                 values[name].append(v)
+        if progress is not None:
+            progress()
     lo = (1.0 - confidence) / 2
     return {
         name: (float(np.quantile(vs, lo)), float(np.quantile(vs, 1.0 - lo))) if vs else (math.nan, math.nan)
