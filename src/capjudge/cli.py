@@ -22,7 +22,7 @@ T = TypeVar("T")
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
-EXIT_CODES_HELP = """exit codes (score, compare, explain, probe, choose-one, run-benchmark):
+EXIT_CODES_HELP = """exit codes (score, compare, explain, run-benchmark):
   0    the run completed; samples that failed on their own (a corrupt image, an
        answer with no score) are error records in the results file
   1    the backend could not start (model not loadable, missing credentials)
@@ -31,7 +31,8 @@ EXIT_CODES_HELP = """exit codes (score, compare, explain, probe, choose-one, run
   3    samples failed for backend reasons (server gone, retries exhausted, budget
        spent): their records say why; re-run the same command to resume
   130  interrupted; results written so far are kept
-meta-eval and report exit 1 when nothing could be measured."""
+probe and choose-one exit 0, 1, 2 or 130; meta-eval and report exit 1 when
+nothing could be measured."""
 
 
 class UsageError(Exception):
@@ -244,7 +245,7 @@ def _bad_row_result(row: Any, method: Any, judge: Any) -> Any:
     return ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=str(row.line), scale=method.scale)
 
 
-def _finish(tally: Any, quiet: bool) -> int:
+def _finish(tally: Any) -> int:
     """Print the run's loud warnings and backend-failure message (also with --quiet) and choose
     the exit code: 3 when samples failed for backend reasons, else 0."""
     from capjudge.redact import scrub
@@ -292,7 +293,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
         con.print(_summary_table("capjudge score", rows_out))
         if tally.failed:
             con.print(f"[yellow]{tally.failed} sample(s) failed; their records have status \"error\" and say why.[/yellow]")
-    return _finish(tally, args.quiet)
+    return _finish(tally)
 
 
 # -------------------------------------------------------------------------------------- compare
@@ -340,7 +341,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                 ],
             )
         )
-    return _finish(tally, args.quiet)
+    return _finish(tally)
 
 
 # -------------------------------------------------------------------------------------- explain
@@ -385,7 +386,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
                     con.print(f"  why: {res.explanation or res.details.get('explanation_error', '-')}")
                 else:
                     con.print(f"  [red]error:[/red] {res.error}")
-    return _finish(tally, args.quiet)
+    return _finish(tally)
 
 
 # ------------------------------------------------------------------------------------- methods
