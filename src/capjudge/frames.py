@@ -55,7 +55,7 @@ def results_frame(paths: str | Path | Iterable[str | Path]) -> pd.DataFrame:
     from capjudge.io import read_results
 
     many = not isinstance(paths, (str, Path))
-    files = [Path(p) for p in paths] if many else [Path(paths)]  # type: ignore[arg-type]
+    files = [Path(paths)] if isinstance(paths, (str, Path)) else [Path(p) for p in paths]
     rows: list[dict[str, Any]] = []
     for f in files:
         for record in read_results(f):
