@@ -37,8 +37,9 @@ def weighted_pearson(w: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
         sx, sy = w @ x, w @ y
         sxx, syy, sxy = w @ (x * x), w @ (y * y), w @ (x * y)
     else:
-        sx, sy = (w * x).sum(axis=1), (w * y).sum(axis=1)
-        sxx, syy, sxy = (w * x * x).sum(axis=1), (w * y * y).sum(axis=1), (w * x * y).sum(axis=1)
+        wx, wy = w * x, w * y
+        sx, sy = wx.sum(axis=1), wy.sum(axis=1)
+        sxx, syy, sxy = np.einsum("ij,ij->i", wx, x), np.einsum("ij,ij->i", wy, y), np.einsum("ij,ij->i", wx, y)
     with np.errstate(invalid="ignore", divide="ignore"):
         cov = sxy / total - sx * sy / total**2
         vx = sxx / total - (sx / total) ** 2
@@ -64,16 +65,25 @@ class RankPlan:
         self.group = np.empty(x.size, dtype=int)
         self.group[self.order] = group_sorted
 
-    def ranks(self, w: np.ndarray) -> np.ndarray:
+    def group_sums(self, w: np.ndarray) -> np.ndarray:
+        """How many points of each tie group (distinct value, ascending) each resample row of
+        ``w`` drew: ``(k, groups)``."""
+        if not self.starts.size:
+            return np.zeros((w.shape[0], 0))
+        return np.add.reduceat(w[:, self.order], self.starts, axis=1)
+
+    def ranks(self, w: np.ndarray, sums: np.ndarray | None = None) -> np.ndarray:
         """Average ranks (1-based, ties share the mean rank) of every point in each resample row
-        of ``w``; points not drawn get a rank too, with weight 0 it does not count."""
-        g = np.add.reduceat(w[:, self.order], self.starts, axis=1)
+        of ``w``; points not drawn get a rank too, with weight 0 it does not count. ``sums``:
+        :meth:`group_sums` of ``w`` when already computed."""
+        g = self.group_sums(w) if sums is None else sums
         avg = np.cumsum(g, axis=1) - (g - 1.0) / 2.0
         return avg[:, self.group]
 
-
-def _run_starts(first: np.ndarray) -> np.ndarray:
-    return np.flatnonzero(first)
+    @staticmethod
+    def tied_pairs(sums: np.ndarray) -> np.ndarray:
+        """Pairs tied on this variable per resample, ``sum t (t - 1) / 2`` over the tie groups."""
+        return (sums * (sums - 1.0)).sum(axis=1) / 2.0
 
 
 class KendallPlan:
@@ -94,9 +104,8 @@ class KendallPlan:
         yrank = np.unique(ys, return_inverse=True)[1].reshape(-1).astype(np.int64)
         same_x = np.r_[False, xs[1:] == xs[:-1]] if n else np.zeros(0, dtype=bool)
         same_y = np.r_[False, ys[1:] == ys[:-1]] if n else np.zeros(0, dtype=bool)
-        self.x_starts = _run_starts(~same_x)
-        self.xy_starts = _run_starts(~(same_x & same_y))
-        self.y_plan = RankPlan(y)  # its tie groups, in y order
+        self.xy_starts = np.flatnonzero(~(same_x & same_y))
+        self.x_plan, self.y_plan = RankPlan(x), RankPlan(y)  # their tie groups
         self.levels: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         pos = np.arange(n)
         span = int(yrank.max()) + 2 if n else 1
@@ -113,25 +122,23 @@ class KendallPlan:
             self.levels.append((left, right, le, end))
             s *= 2
 
-    @staticmethod
-    def _tied_pairs(ws: np.ndarray, starts: np.ndarray) -> np.ndarray:
-        t = np.add.reduceat(ws, starts, axis=1) if starts.size else np.zeros((ws.shape[0], 0))
-        return (t * (t - 1.0)).sum(axis=1) / 2.0
-
-    def tau_b(self, w: np.ndarray) -> np.ndarray:
+    def tau_b(self, w: np.ndarray, x_sums: np.ndarray | None = None, y_sums: np.ndarray | None = None) -> np.ndarray:
         """Kendall tau-b (in [-1, 1]) for each resample row of counts ``w``; NaN when a side is
-        constant in that resample."""
+        constant in that resample. ``x_sums``, ``y_sums``: the :meth:`RankPlan.group_sums` of
+        ``w`` for x and y when already computed (Spearman needs them too)."""
         ws = w[:, self.order]
+        # points as rows: the merge levels gather points, and whole rows gather ~6x faster
+        wt = np.ascontiguousarray(ws.T)
         disc = np.zeros(w.shape[0])
         for left, right, le, end in self.levels:
-            csum = np.zeros((w.shape[0], left.size + 1))
-            np.cumsum(ws[:, left], axis=1, out=csum[:, 1:])
-            disc += ((csum[:, end] - csum[:, le]) * ws[:, right]).sum(axis=1)
+            csum = np.zeros((left.size + 1, w.shape[0]))
+            np.cumsum(wt[left], axis=0, out=csum[1:])
+            disc += np.einsum("ij,ij->j", csum[end] - csum[le], wt[right])
         total = w.sum(axis=1)
         n0 = total * (total - 1.0) / 2.0
-        n1 = self._tied_pairs(ws, self.x_starts)
-        n2 = self._tied_pairs(w[:, self.y_plan.order], self.y_plan.starts)
-        n3 = self._tied_pairs(ws, self.xy_starts)
+        n1 = RankPlan.tied_pairs(self.x_plan.group_sums(w) if x_sums is None else x_sums)
+        n2 = RankPlan.tied_pairs(self.y_plan.group_sums(w) if y_sums is None else y_sums)
+        n3 = RankPlan.tied_pairs(np.add.reduceat(ws, self.xy_starts, axis=1) if self.xy_starts.size else np.zeros((w.shape[0], 0)))
         with np.errstate(invalid="ignore", divide="ignore"):
             tau = (n0 - n1 - n2 + n3 - 2.0 * disc) / np.sqrt((n0 - n1) * (n0 - n2))
         tau[(n0 - n1 <= 0) | (n0 - n2 <= 0)] = math.nan
@@ -142,14 +149,16 @@ def score_bootstrap(a: np.ndarray, b: np.ndarray, *, n_resamples: int, seed: int
     """95% percentile-bootstrap intervals of ``kendall_tau_b``, ``spearman``, ``pearson`` (x100) and
     ``mean_diff`` (B - A, when asked), resampling samples."""
     n = a.size
-    plan_a, plan_b, kendall = RankPlan(a), RankPlan(b), KendallPlan(a, b)
+    kendall = KendallPlan(a, b)
+    plan_a, plan_b = kendall.x_plan, kendall.y_plan
 
     def batch(idx: np.ndarray) -> dict[str, np.ndarray]:
         w = stats.resample_counts(idx, n)
+        ga, gb = plan_a.group_sums(w), plan_b.group_sums(w)  # shared by Spearman and Kendall
         out = {
             "pearson": 100.0 * weighted_pearson(w, a, b),
-            "spearman": 100.0 * weighted_pearson(w, plan_a.ranks(w), plan_b.ranks(w)),
-            "kendall_tau_b": 100.0 * kendall.tau_b(w),
+            "spearman": 100.0 * weighted_pearson(w, plan_a.ranks(w, ga), plan_b.ranks(w, gb)),
+            "kendall_tau_b": 100.0 * kendall.tau_b(w, ga, gb),
         }
         if with_mean_diff:
             out["mean_diff"] = w @ (b - a) / n
