@@ -78,7 +78,10 @@ def test_vectorised_resample_statistics_equal_scipy_on_each_resample():
     w = stats.resample_counts(idx, a.size)
     assert np.array_equal(w.sum(axis=1), np.full(40, a.size))
     tau = S.KendallPlan(a, b).tau_b(w)
-    rho = S.weighted_pearson(w, S.RankPlan(a).ranks(w), S.RankPlan(b).ranks(w))
+    pa, pb = S.RankPlan(a), S.RankPlan(b)
+    rho = S.weighted_pearson(w, pa.ranks(w), pb.ranks(w))
+    rho2 = S.weighted_spearman(w, pa, pb, pa.group_sums(w), pb.group_sums(w))
+    assert np.allclose(rho, rho2, rtol=0, atol=1e-12)
     r = S.weighted_pearson(w, a, b)
     for k, row in enumerate(idx):
         assert tau[k] == pytest.approx(st.kendalltau(a[row], b[row], variant="b").statistic, abs=1e-12)
@@ -88,6 +91,7 @@ def test_vectorised_resample_statistics_equal_scipy_on_each_resample():
     w1 = np.zeros((1, a.size))
     w1[0, 0] = a.size
     assert math.isnan(S.KendallPlan(a, b).tau_b(w1)[0]) and math.isnan(S.weighted_pearson(w1, a, b)[0])
+    assert math.isnan(S.weighted_spearman(w1, pa, pb, pa.group_sums(w1), pb.group_sums(w1))[0])
 
 
 def test_bootstrap_cis_are_repeatable_and_hold_the_estimate():
