@@ -56,7 +56,7 @@ def _pair_measures(pc: PairComparison) -> Any:
             t.add_row(label, _with_ci(pc, key, d))
         sp = pc.same_image_pairs
         t.add_row("same-image caption pairs ordered alike (%)", f"{_f(sp.get('same_order'))} of {sp.get('same', 0) + sp.get('opposite', 0)}")
-        t.add_row("  ... ordered oppositely / tied in A only / B only / both", f"{sp.get('opposite', 0)} / {sp.get('tied_a_only', 0)} / {sp.get('tied_b_only', 0)} / {sp.get('tied_both', 0)}")
+        t.add_row(f"  ... opposite / tied by {pc.a} only / by {pc.b} only / by both", f"{sp.get('opposite', 0)} / {sp.get('tied_a_only', 0)} / {sp.get('tied_b_only', 0)} / {sp.get('tied_both', 0)}")
         t.add_row("compared by", "ranks (scales differ)" if pc.comparison == "ranks" else "values (same scale)")
     else:
         t.add_row("Cohen's kappa (x100)", _with_ci(pc, "cohen_kappa"))
@@ -73,8 +73,8 @@ def _pair_measures(pc: PairComparison) -> Any:
 def _confusion(pc: PairComparison) -> Any:
     from rich.table import Table
 
-    t = Table(title=f"verdicts: rows {pc.a}, columns {pc.b}", title_justify="left")
-    t.add_column("")
+    t = Table(title="verdicts", title_justify="left")
+    t.add_column(f"{pc.a} \\ {pc.b}", overflow="fold")
     for label in ("A", "B", "tie"):
         t.add_column(label, justify="right")
     for label, row in zip(("A", "B", "tie"), pc.confusion, strict=True):
@@ -107,9 +107,13 @@ def _disagreements(pc: PairComparison) -> Any:
 def _position_bias(report: AgreeReport) -> Any:
     from rich.table import Table
 
-    t = Table(title="position bias (two-order votes; 50% first position = no preference)", title_justify="left")
-    for col in ("judge", "two-order records", "first position %", "tie votes %", "flip rate %", "same position won both %", "tie verdicts %"):
-        t.add_column(col, justify="left" if col == "judge" else "right")
+    t = Table(
+        title="position bias: first = votes for the caption shown first (50% = none), flips = verdict changed with the order, "
+        "same pos. = the same position won in both orders",
+        title_justify="left",
+    )
+    for col in ("judge", "two-order records", "first %", "tie votes %", "flips %", "same pos. %", "tie verdicts %"):
+        t.add_column(col, justify="left" if col == "judge" else "right", overflow="fold")
     for name, pb in report.position_bias.items():
         t.add_row(name, str(pb["two_order_records"]), _f(pb["first_position"]), _f(pb["tie_votes"]), _f(pb["flip_rate"]), _f(pb["position_flips"]), _f(pb["tie_share"]))
     return t
