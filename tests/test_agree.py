@@ -133,6 +133,18 @@ def test_same_image_pairs_tiny_case():
                 same += da == db != 0
                 opp += da == -db != 0
     assert (got["same"], got["opposite"]) == (same, opp)
+    # one image with so many captions that its pairs are counted caption by caption
+    big = rng.integers(0, 50, 2100).astype(float)
+    noisy = big + rng.integers(-5, 6, 2100)
+    one = S.same_image_order(big, noisy, ["same.jpg"] * 2100)
+    two = S.same_image_order(big[:1000], noisy[:1000], ["same.jpg"] * 1000)  # the vectorised path
+    assert one["pairs"] == 2100 * 2099 // 2 and two["pairs"] == 1000 * 999 // 2
+    sa = np.sign(big[:1000, None] - big[None, :1000])[np.triu_indices(1000, 1)]
+    sb = np.sign(noisy[:1000, None] - noisy[None, :1000])[np.triu_indices(1000, 1)]
+    assert two["same"] == int(np.sum((sa == sb) & (sa != 0)))
+    sa = np.sign(big[:, None] - big[None, :])[np.triu_indices(2100, 1)]
+    sb = np.sign(noisy[:, None] - noisy[None, :])[np.triu_indices(2100, 1)]
+    assert one["same"] == int(np.sum((sa == sb) & (sa != 0))) and one["tied_both"] == int(np.sum((sa == 0) & (sb == 0)))
 
 
 def test_different_scales_compared_by_rank_only():
@@ -144,6 +156,7 @@ def test_different_scales_compared_by_rank_only():
     assert any("compared by rank" in n for n in pc.notes)
     d = rep.to_dict()
     assert d["comparison"] == "ranks" and "mean_diff" not in d
+    assert "compared by rank" in d["notes"][0]  # the pair's notes lead the JSON's notes
     # same data on the same scale: values, with a mean difference
     same = agree([[score_rec(i, a[i]) for i in range(40)], [score_rec(i, b[i]) for i in range(40)]], bootstrap=0).pairs[0]
     assert same.comparison == "values" and "mean_diff" in same.measures

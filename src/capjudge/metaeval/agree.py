@@ -135,7 +135,8 @@ class AgreeReport:
             out["position_bias"] = self.position_bias
         out["bootstrap"] = self.bootstrap
         out["seed"] = self.seed
-        out["notes"] = list(self.notes)
+        # with two judges their comparison's notes (scales, mismatches) lead the report's own
+        out["notes"] = (list(self.pairs[0].notes) if len(self.pairs) == 1 else []) + list(self.notes)
         return _clean(out)
 
 

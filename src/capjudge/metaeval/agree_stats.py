@@ -228,19 +228,29 @@ def same_image_order(a: np.ndarray, b: np.ndarray, groups: Sequence[Hashable]) -
     sizes = np.bincount(gid)
     starts = np.r_[0, np.cumsum(sizes)[:-1]]
     counts = dict.fromkeys(("same", "opposite", "tied_a_only", "tied_b_only", "tied_both"), 0)
-    for k in np.unique(sizes[sizes >= 2]):
-        # every image with k captions at once: an (images, k) index matrix and its k(k-1)/2 pairs
+
+    def tally(sa: np.ndarray, sb: np.ndarray) -> None:
+        counts["same"] += int(np.sum((sa == sb) & (sa != 0)))
+        counts["opposite"] += int(np.sum((sa == -sb) & (sa != 0)))
+        counts["tied_a_only"] += int(np.sum((sa == 0) & (sb != 0)))
+        counts["tied_b_only"] += int(np.sum((sa != 0) & (sb == 0)))
+        counts["tied_both"] += int(np.sum((sa == 0) & (sb == 0)))
+
+    for k in (int(v) for v in np.unique(sizes[sizes >= 2])):
         members = order[starts[sizes == k][:, None] + np.arange(k)]
-        i, j = np.triu_indices(int(k), 1)
-        for lo in range(0, members.shape[0], max(1, 2_000_000 // len(i))):
-            m = members[lo : lo + max(1, 2_000_000 // len(i))]
-            sa = np.sign(a[m[:, i]] - a[m[:, j]])
-            sb = np.sign(b[m[:, i]] - b[m[:, j]])
-            counts["same"] += int(np.sum((sa == sb) & (sa != 0)))
-            counts["opposite"] += int(np.sum((sa == -sb) & (sa != 0)))
-            counts["tied_a_only"] += int(np.sum((sa == 0) & (sb != 0)))
-            counts["tied_b_only"] += int(np.sum((sa != 0) & (sb == 0)))
-            counts["tied_both"] += int(np.sum((sa == 0) & (sb == 0)))
+        if k * (k - 1) // 2 > 2_000_000:
+            # an image with thousands of captions: caption by caption against the later ones,
+            # so that the pairs never sit in memory all at once
+            for m in members:
+                for r in range(k - 1):
+                    tally(np.sign(a[m[r]] - a[m[r + 1 :]]), np.sign(b[m[r]] - b[m[r + 1 :]]))
+            continue
+        # every image with k captions at once: an (images, k) index matrix and its k(k-1)/2 pairs
+        i, j = np.triu_indices(k, 1)
+        step = max(1, 2_000_000 // len(i))
+        for lo in range(0, members.shape[0], step):
+            m = members[lo : lo + step]
+            tally(np.sign(a[m[:, i]] - a[m[:, j]]), np.sign(b[m[:, i]] - b[m[:, j]]))
     untied = counts["same"] + counts["opposite"]
     return {
         "images": int(np.sum(sizes >= 2)),
