@@ -21,6 +21,7 @@ __all__ = [
     "get_method",
     "register_template",
     "results_frame",
+    "agree",
     "__version__",
 ]
 
@@ -35,12 +36,14 @@ _LAZY = {
     "get_method": "capjudge.prompts.registry",
     "register_template": "capjudge.prompts.registry",
     "results_frame": "capjudge.frames",
+    "agree": "capjudge.metaeval.agree",
 }
 
 if TYPE_CHECKING:
     from capjudge.backends.registry import load_backend
     from capjudge.frames import results_frame
     from capjudge.judges.judge import Judge
+    from capjudge.metaeval.agree import agree
     from capjudge.prompts.registry import get_method, list_methods, register_template
     from capjudge.types import PairResult, Sample, ScoreResult
 

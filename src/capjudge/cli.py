@@ -1,4 +1,4 @@
-"""The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, cache, probe.
+"""The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, agree, cache, probe.
 
 Exit codes (:data:`EXIT_CODES_HELP`): 0 the run completed, also with per-sample errors (records in
 the results file, counted in the summary); 3 samples failed for backend reasons (server gone,
@@ -515,6 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     for module, func in (
         ("capjudge.metaeval.commands", "register"),
+        ("capjudge.metaeval.agree_commands", "register"),
         ("capjudge.backends.cache", "register_cli"),
         ("capjudge.probes.commands", "register"),
     ):

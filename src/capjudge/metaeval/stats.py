@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from typing import Literal
 
 import numpy as np
@@ -177,3 +177,56 @@ def bootstrap_ci(
     """
     cis = bootstrap_cis(lambda idx: {"v": statistic(idx)}, n_units, n_resamples=n_resamples, seed=seed, confidence=confidence)
     return cis.get("v", (math.nan, math.nan))
+
+
+def resample_index_chunks(n_units: int, n_resamples: int, *, seed: int = 0, max_cells: int = 2_000_000) -> Iterator[np.ndarray]:
+    """Bootstrap resamples as index matrices, one row per resample (``n_units`` indices drawn with
+    replacement from ``range(n_units)``), in chunks of rows holding at most ``max_cells`` indices so
+    that memory stays bounded. Deterministic for a given ``seed``."""
+    rng = np.random.default_rng(seed)
+    rows = max(1, max_cells // max(1, n_units))
+    done = 0
+    while done < n_resamples:
+        k = min(rows, n_resamples - done)
+        yield rng.integers(0, n_units, size=(k, n_units))
+        done += k
+
+
+def resample_counts(indices: np.ndarray, n_units: int) -> np.ndarray:
+    """How often each unit was drawn in each resample: ``(rows, n_units)`` float counts of an index
+    matrix from :func:`resample_index_chunks` (weights for vectorised statistics)."""
+    rows = indices.shape[0]
+    flat = (indices + (np.arange(rows) * n_units)[:, None]).ravel()
+    return np.bincount(flat, minlength=rows * n_units).reshape(rows, n_units).astype(float)
+
+
+def percentile_cis(values: Mapping[str, np.ndarray], confidence: float = 0.95) -> dict[str, tuple[float, float]]:
+    """Percentile intervals of bootstrap values per measure; NaN values (undefined in that resample)
+    are dropped, a measure never defined gets ``(nan, nan)``."""
+    lo = (1.0 - confidence) / 2
+    out: dict[str, tuple[float, float]] = {}
+    for name, vs in values.items():
+        v = np.asarray(vs, dtype=float)
+        v = v[~np.isnan(v)]
+        out[name] = (float(np.quantile(v, lo)), float(np.quantile(v, 1.0 - lo))) if v.size else (math.nan, math.nan)
+    return out
+
+
+def bootstrap_cis_batched(
+    statistic: Callable[[np.ndarray], Mapping[str, np.ndarray]],
+    n_units: int,
+    *,
+    n_resamples: int = 1000,
+    seed: int = 0,
+    confidence: float = 0.95,
+) -> dict[str, tuple[float, float]]:
+    """Vectorised :func:`bootstrap_cis`: ``statistic(index_matrix)`` gets a chunk of resamples (one
+    row of unit indices per resample) and returns, per measure, one value per row. Same percentile
+    rule and NaN handling; deterministic for a given ``seed``."""
+    if n_units < 2 or n_resamples < 1:
+        return {}
+    values: dict[str, list[np.ndarray]] = {}
+    for idx in resample_index_chunks(n_units, n_resamples, seed=seed):
+        for name, v in statistic(idx).items():
+            values.setdefault(name, []).append(np.asarray(v, dtype=float).reshape(-1))
+    return percentile_cis({k: np.concatenate(v) for k, v in values.items()}, confidence)
