@@ -3,11 +3,17 @@
 Backends know nothing of captions. A judge hands a backend a list of :class:`Request` (all the
 captions of one image at once, so a backend may reuse the image prefix) and gets back, for each, a
 :class:`Completion` or the exception that request raised: one failing request never loses the others.
+
+Backends that run independent requests concurrently (API servers) say so with
+``Capabilities.concurrency > 0`` and take requests one at a time through :meth:`Backend.submit`;
+judges then keep that many in flight, starting a new one as soon as one finishes, instead of
+handing over whole batches (one slow request would hold its whole batch).
 """
 
 from __future__ import annotations
 
 import abc
+import concurrent.futures
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
@@ -187,6 +193,9 @@ class Capabilities:
     batching: bool = False
     prefix_reuse: bool = False
     system_prompt: bool = True
+    # Requests the backend runs at once through submit(); 0: it takes whole batches through
+    # generate(), and judges hand it whole image groups.
+    concurrency: int = 0
 
 
 class Backend(abc.ABC):
@@ -209,6 +218,18 @@ class Backend(abc.ABC):
     def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion | BaseException]]:
         """Yield ``(index, completion or exception)`` as answers arrive (default: in order)."""
         yield from enumerate(self.generate(requests))
+
+    def submit(self, request: Request) -> concurrent.futures.Future[Completion | BaseException]:
+        """Start one request; the future's result is its completion or the exception it raised
+        (the future itself never fails). Backends with ``capabilities.concurrency > 0`` run
+        submitted requests concurrently; the default answers at once through :meth:`generate`."""
+        future: concurrent.futures.Future[Completion | BaseException] = concurrent.futures.Future()
+        try:
+            (out,) = self.generate([request])
+        except Exception as exc:  # noqa: BLE001 - the request's failure, not the caller's
+            out = exc
+        future.set_result(out)
+        return future
 
     def generate_one(self, request: Request) -> Completion:
         """Answer one request, raising its exception if it failed."""

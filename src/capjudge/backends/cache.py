@@ -16,6 +16,7 @@ unless the request carries a ``sample_index``; errors are never cached.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import os
 import threading
@@ -122,6 +123,9 @@ class CachedBackend(Backend):
         self.cache = cache if isinstance(cache, ResponseCache) else ResponseCache(cache)
         self.read = read
         self.write = write
+        # Answers of submit() are stored by one writer thread, off the backend's own threads.
+        self._writer: concurrent.futures.ThreadPoolExecutor | None = None
+        self._writer_lock = threading.Lock()
 
     # Delegate what identifies the backend, so results name the real model.
     @property  # type: ignore[override]
@@ -179,12 +183,56 @@ class CachedBackend(Backend):
         batch = [requests[i] for i in misses]
         for j, out in self.inner.stream(batch):
             i = misses[j]
-            key = keys[i]
-            if key is not None and self.write and isinstance(out, Completion):
-                # A full disk must not lose the answer: it is still returned.
-                with contextlib.suppress(Exception):
-                    self.cache.set(key, out, metadata={"backend": self.inner.identity()})
+            self._store(keys[i], out)
             yield i, out
+
+    def _store(self, key: str | None, out: Completion | BaseException) -> None:
+        if key is not None and self.write and isinstance(out, Completion):
+            # A full disk must not lose the answer: it is still returned.
+            with contextlib.suppress(Exception):
+                self.cache.set(key, out, metadata={"backend": self.inner.identity()})
+
+    def submit(self, request: Request) -> concurrent.futures.Future[Completion | BaseException]:
+        """A cache hit as a finished future; a miss goes to the wrapped backend, and its future
+        finishes once the answer is stored (so an answer a caller sees is already in the cache)."""
+        key = self._key(request) if isinstance(request, Request) else None
+        hit = self.cache.get(key) if key is not None and self.read else None
+        if hit is not None:
+            done: concurrent.futures.Future[Completion | BaseException] = concurrent.futures.Future()
+            done.set_result(hit)
+            return done
+        inner = self.inner.submit(request)
+        if key is None or not self.write:
+            return inner
+        outer: concurrent.futures.Future[Completion | BaseException] = concurrent.futures.Future()
+
+        def store_then_finish(fut: concurrent.futures.Future[Completion | BaseException]) -> None:
+            try:
+                out = fut.result()
+            except BaseException as exc:  # noqa: BLE001 - cancelled or broken: the request's error
+                out = exc
+            self._store(key, out)
+            outer.set_result(out)
+
+        inner.add_done_callback(lambda fut: self._writer_pool().submit(store_then_finish, fut))
+        return outer
+
+    def _writer_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._writer_lock:
+            if self._writer is None:
+                self._writer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="capjudge-cache-writer")
+            return self._writer
+
+    @contextlib.contextmanager
+    def bypass_reads(self) -> Iterator[None]:
+        """Within the block, ask the wrapped backend even when an answer is cached (new answers
+        replace the cached ones): how a run asks again for answers that led to errors."""
+        old = self.read
+        self.read = False
+        try:
+            yield
+        finally:
+            self.read = old
 
     def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
         """Answer every request, from the cache where possible."""
@@ -194,8 +242,11 @@ class CachedBackend(Backend):
         return out  # type: ignore[return-value]
 
     def close(self) -> None:
-        """Close the wrapped backend and the cache."""
+        """Close the wrapped backend and the cache (after the answers still being stored)."""
         self.inner.close()
+        if self._writer is not None:
+            self._writer.shutdown(wait=True)
+            self._writer = None
         self.cache.close()
 
     def __repr__(self) -> str:

@@ -23,6 +23,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import itertools
 import json
 import math
 import os
@@ -188,6 +189,7 @@ class OpenAIBackend(Backend):
             batching=False,
             prefix_reuse=False,
             system_prompt=True,
+            concurrency=concurrency,
         )
 
         self.prices = PriceTable.load(prices)
@@ -213,6 +215,7 @@ class OpenAIBackend(Backend):
         self._loop_lock = threading.Lock()
         self._sem: asyncio.Semaphore | None = None
         self._prompt_scale = 1.0
+        self._submitted = itertools.count()
 
     # -- construction ----------------------------------------------------------------------------
     def _resolve_endpoint(self, base_url: str | None, azure_endpoint: str | None, api_version: str | None) -> tuple[str | None, str | None]:
@@ -511,6 +514,11 @@ class OpenAIBackend(Backend):
         finally:
             for fut in futures:
                 fut.cancel()  # the consumer stopped early: do not send the rest
+
+    def submit(self, request: Request) -> concurrent.futures.Future[Completion | BaseException]:
+        """Start one request on the backend's loop (at most ``concurrency`` run at once); its
+        future holds the completion or the described error."""
+        return self._loop_thread().submit(self._safe(request, next(self._submitted)))
 
     def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
         """Answer every request (concurrently); errors are returned in place, never raised."""
