@@ -1,8 +1,9 @@
 """``Judge(method, backend)``: score captions, compare pairs, explain scores.
 
-The judge renders the method's templates, hands the backend all requests of a batch grouped by image
-(so a backend can reuse the image prefix), parses the answers and turns every failure into an
+The judge renders the method's templates, parses the answers and turns every failure into an
 ``error`` result that names the sample and the cause. Nothing a single sample does can stop a run.
+How requests reach the backend (whole image groups for backends that batch, a sliding window for
+API backends) is :mod:`capjudge.judges.scoring` and :mod:`capjudge.judges.dispatch`.
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ from capjudge.backends.faults import failure_details
 from capjudge.backends.registry import load_backend
 from capjudge.images import ImageError, LoadedImage, load_image
 from capjudge.judges import pairwise
+from capjudge.judges.dispatch import generate_all, in_input_order
+from capjudge.judges.scoring import ScoringRun, cached_note, image_key, sample_id, short
 from capjudge.judges.smoothing import (
     SCORE_PATTERN,
     CodeSearchError,
     smooth_by_code_search,
     smooth_from_steps,
 )
-from capjudge.parsing import parse_score_details, parse_score_list
+from capjudge.parsing import parse_score_details
 from capjudge.parsing._text import clean, coerce_text
 from capjudge.parsing.official import first_integer, fleur_code_number
-from capjudge.prompts.registry import Method, TemplateError, get_method, get_template
+from capjudge.prompts.registry import Method, get_method, get_template
 from capjudge.redact import get_logger
 from capjudge.types import (
     ImageInput,
@@ -58,17 +61,6 @@ class _Prepared:
     cause: BaseException | None = None  # the backend failure behind ``error``, if any
 
 
-def _image_key(image: Any) -> Any:
-    """A cheap grouping key for an image input before it is loaded (path text, bytes, object id)."""
-    if isinstance(image, (str, Path)):
-        return ("path", str(image))
-    if isinstance(image, (bytes, bytearray)):
-        return ("bytes", bytes(image))  # exact: the key also memoises the decoded image
-    if isinstance(image, LoadedImage):
-        return ("sha", image.sha256)
-    return ("object", id(image)) if image is not None else None
-
-
 def _occurrence(text: str, parsed: Any) -> int:
     """How many numbers with the parsed score's value stand before it in the answer (so that
     "on a scale of 0.0 to 1.0, I'd give 1.0" smooths the second "1.0", not the restated scale)."""
@@ -76,17 +68,6 @@ def _occurrence(text: str, parsed: Any) -> int:
         return 0
     before = clean(coerce_text(text) or "")[: parsed.span[0]]
     return sum(1 for m in SCORE_PATTERN.finditer(before) if abs(float(m.group(0)) - parsed.value) < 1e-9)
-
-
-def _sample_id(sample: Sample, index: int) -> str:
-    return sample.id if sample.id is not None else str(index)
-
-
-def _short(text: str | None, n: int = 80) -> str:
-    if text is None:
-        return "<none>"
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 3] + "..."
 
 
 class Judge:
@@ -108,7 +89,8 @@ class Judge:
         Directory that relative image paths are resolved against.
     batch_size:
         How many samples are prepared and handed to the backend together (whole image groups;
-        a group larger than this is one batch).
+        a group larger than this is one batch). Backends that run concurrent requests (API
+        judges) get no batches: they keep their ``concurrency`` requests in flight.
     group_window:
         How many input samples are read ahead and grouped by image, whatever their order.
     top_logprobs:
@@ -139,7 +121,8 @@ class Judge:
         method_options: dict[str, Any] | None = None,
     ) -> None:
         self.method = get_method(method).configure(method_options)
-        inner = load_backend(backend, **(backend_options or {}))
+        # Lazy: a run that the cache answers entirely never loads the model.
+        inner = load_backend(backend, lazy=True, **(backend_options or {}))
         if cache_dir is not None:
             from capjudge.backends.cache import CachedBackend
 
@@ -164,7 +147,7 @@ class Judge:
     def _result(self, prep: _Prepared, **fields: Any) -> ScoreResult:
         s = prep.sample
         return ScoreResult(
-            id=_sample_id(s, prep.index),
+            id=sample_id(s, prep.index),
             image=image_label(s.image),
             caption=s.caption if isinstance(s.caption, str) else repr(s.caption),
             references=list(s.references),
@@ -226,14 +209,14 @@ class Judge:
         elif not isinstance(sample, Sample):
             return _Prepared(index, Sample(image="<invalid>", caption=""), error=f"sample {index}: not a Sample or a dict ({type(sample).__name__})")
         prep = _Prepared(index, sample)
-        where = f"sample {_sample_id(sample, index)}"
+        where = f"sample {sample_id(sample, index)}"
         if not isinstance(sample.caption, str) or not sample.caption.strip():
             prep.error = f"{where}: empty caption"
             return prep
         if self.method.needs_references and not [r for r in sample.references if str(r).strip()]:
             prep.error = f"{where}: method {self.method.name!r} needs reference captions and the sample has none"
             return prep
-        key = _image_key(sample.image)
+        key = image_key(sample.image)
         loaded = images.get(key) if images is not None and key is not None else None
         if loaded is None:
             try:
@@ -250,52 +233,6 @@ class Judge:
             prep.image = loaded
         return prep
 
-    @staticmethod
-    def _group_by_image(preps: Sequence[_Prepared]) -> list[_Prepared]:
-        """Valid samples reordered so that all captions of one image are adjacent (first-seen order)."""
-        groups: dict[str, list[_Prepared]] = {}
-        for p in preps:
-            if p.error is None and p.image is not None:
-                groups.setdefault(p.image.sha256, []).append(p)
-        return [p for g in groups.values() for p in g]
-
-    def _fill_contexts(self, preps: Sequence[_Prepared]) -> None:
-        """Two-step methods: ask the first step once per distinct image (memoised for the run;
-        across runs the response cache keeps it)."""
-        name = self.method.context_template
-        if not name:
-            return
-        tpl = get_template(name)
-        todo: dict[str, LoadedImage] = {}
-        for p in preps:
-            assert p.image is not None
-            if (p.image.sha256, tpl.hash) not in self._contexts:
-                todo.setdefault(p.image.sha256, p.image)
-        if todo:
-            prompt = tpl.render()
-            shas = list(todo)
-            cfg = self._config(self.method.context_max_new_tokens, False, self.method.context_temperature)
-            reqs = [Request(self._messages(prompt, todo[s]), cfg) for s in shas]
-            failures: dict[str, str] = {}
-            causes: dict[str, BaseException] = {}
-            for sha, out in zip(shas, self.backend.generate(reqs)):
-                if isinstance(out, BaseException):
-                    failures[sha] = f"{type(out).__name__}: {out}"
-                    causes[sha] = out
-                elif not out.text.strip():
-                    failures[sha] = "the model returned an empty context"
-                else:
-                    self._contexts[(sha, tpl.hash)] = out.text.strip()
-            for p in preps:
-                assert p.image is not None
-                if p.image.sha256 in failures:
-                    p.error = f"sample {_sample_id(p.sample, p.index)}: first step ({name}) failed for image {p.image.label!r}: {failures[p.image.sha256]}"
-                    p.cause = causes.get(p.image.sha256)
-        for p in preps:
-            assert p.image is not None
-            if p.error is None:
-                p.context = self._contexts.get((p.image.sha256, tpl.hash))
-
     # ------------------------------------------------------------------ parsing
     def _parse_safely(self, prep: _Prepared, out: Completion) -> ScoreResult:
         """:meth:`_parse`, with any parser failure turned into this sample's error record."""
@@ -303,7 +240,7 @@ class Judge:
             return self._parse(prep, out)
         except Exception as exc:  # noqa: BLE001 - one odd answer never stops a run
             log.exception("parsing failed")
-            return self._error(prep, f"sample {_sample_id(prep.sample, prep.index)}: the answer could not be parsed: {type(exc).__name__}: {exc}", raw=out.text)
+            return self._error(prep, f"sample {sample_id(prep.sample, prep.index)}: the answer could not be parsed: {type(exc).__name__}: {exc}", raw=out.text)
 
     def _parse(self, prep: _Prepared, out: Completion) -> ScoreResult:
         details: dict[str, Any] = {"cached": out.cached}
@@ -338,7 +275,7 @@ class Judge:
                 else "not applied: the answer holds no 0.x / 1.0 score at its digit tokens (raw score)"
             )
         if parsed.value is None:
-            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {_sample_id(prep.sample, prep.index)}: no score in the answer ({parsed.reason}): {_short(out.text)!r}", details=details)
+            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {sample_id(prep.sample, prep.index)}: no score in the answer ({parsed.reason}): {short(out.text)!r}{cached_note(out)}", details=details)
         return self._result(prep, score=parsed.value, raw_score=parsed.value, smoothed=False, raw=out.text, details=details)
 
     def _parse_first_integer(self, prep: _Prepared, out: Completion, details: dict[str, Any]) -> ScoreResult:
@@ -348,8 +285,8 @@ class Judge:
             if self.method.options.get("no_number") == "zero":
                 details["fallback"] = "no number in the answer: scored 0, as the VisCE2 code does (no_number=zero)"
                 return self._result(prep, score=0.0, raw_score=None, smoothed=False, raw=out.text, details=details)
-            where = _sample_id(prep.sample, prep.index)
-            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: no number in the answer (the VisCE2 code would score 0; method option no_number=zero does the same): {_short(out.text)!r}", details=details)
+            where = sample_id(prep.sample, prep.index)
+            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: no number in the answer (the VisCE2 code would score 0; method option no_number=zero does the same): {short(out.text)!r}{cached_note(out)}", details=details)
         low, high = self.method.scale
         if not low <= value <= high:
             details["outside_scale"] = True  # the code keeps it; so does this method
@@ -357,19 +294,19 @@ class Judge:
 
     def _parse_fleur_code(self, prep: _Prepared, out: Completion, details: dict[str, Any]) -> ScoreResult:
         """The FLEUR code's reading (digits and dots of the answer) and its positional search."""
-        where = _sample_id(prep.sample, prep.index)
+        where = sample_id(prep.sample, prep.index)
         parsed = fleur_code_number(out.text, out.finish_reason)
         if parsed.value is None:
-            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: FLEUR's code reads no number from the answer (its digits and dots are {parsed.digits!r}): {_short(out.text)!r}", details=details)
+            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: FLEUR's code reads no number from the answer (its digits and dots are {parsed.digits!r}): {short(out.text)!r}{cached_note(out)}", details=details)
         if not 0.0 <= parsed.value <= 1.0:
-            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: FLEUR's code reads {parsed.digits.strip('.')!r} = {parsed.value:g}, outside 0-1 (its code skips such samples): {_short(out.text)!r}", details=details)
+            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: FLEUR's code reads {parsed.digits.strip('.')!r} = {parsed.value:g}, outside 0-1 (its code skips such samples): {short(out.text)!r}{cached_note(out)}", details=details)
         if not out.steps:
             details["smoothing"] = "not applied: the backend gave no token probabilities (raw score)"
             return self._result(prep, score=parsed.value, raw_score=parsed.value, smoothed=False, raw=out.text, details=details)
         try:
             sm = smooth_by_code_search(out.steps, parsed.value)
         except CodeSearchError as exc:
-            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: FLEUR's code cannot smooth this answer ({exc}; its code would reuse the previous sample's score): {_short(out.text)!r}", details=details)
+            return self._result(prep, score=None, raw=out.text, status="error", error=f"sample {where}: FLEUR's code cannot smooth this answer ({exc}; its code would reuse the previous sample's score): {short(out.text)!r}{cached_note(out)}", details=details)
         details["digit_probs"] = {"first": sm.first, "second": sm.second, "units": sm.units}
         return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
 
@@ -380,137 +317,26 @@ class Judge:
 
     def score_many(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[ScoreResult]:
         """Score samples, yielding one result per sample, in input order, as soon as it and every
-        sample before it are done.
+        sample before it are done (see :meth:`score_stream` for completion order)."""
+        if self.method.kind == "pairwise":  # checked at the call, not at the first result
+            raise ValueError(f"method {self.method.name!r} compares pairs: use Judge.compare / compare_many")
+        return in_input_order(ScoringRun(self).run(samples))
+
+    def score_stream(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[tuple[int, ScoreResult]]:
+        """Score samples, yielding ``(input index, result)`` as each result is made.
 
         Samples are read ``group_window`` at a time and grouped by image whatever their input order,
         so that two-step methods ask their first step once per image, ``listwise`` puts all the
         captions of an image in one prompt, and backends share the image prefix across captions.
+        Backends that batch get whole image groups; backends that run concurrent requests (API
+        judges) keep ``concurrency`` requests in flight, a new one starting as soon as one ends.
         """
-        if self.method.kind == "pairwise":  # checked at the call, not at the first result
+        if self.method.kind == "pairwise":
             raise ValueError(f"method {self.method.name!r} compares pairs: use Judge.compare / compare_many")
-        return self._score_stream(samples)
-
-    def _score_stream(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[ScoreResult]:
-        window: list[tuple[int, Sample | dict[str, Any]]] = []
-        try:
-            for i, s in enumerate(samples):
-                window.append((i, s))
-                if len(window) >= self.group_window:
-                    yield from self._score_window(window)
-                    window = []
-        except Exception:
-            # The input itself failed (a generator that raised): judge what was read, then re-raise.
-            if window:
-                yield from self._score_window(window)
-            raise
-        if window:
-            yield from self._score_window(window)
-
-    def _score_window(self, items: Sequence[tuple[int, Sample | dict[str, Any]]]) -> Iterator[ScoreResult]:
-        """Batches of whole image groups (in first-seen order); results released in input order."""
-        groups: dict[Any, list[tuple[int, Sample | dict[str, Any]]]] = {}
-        for pos, item in enumerate(items):
-            sample = item[1]
-            key = _image_key(sample.get("image") if isinstance(sample, dict) else getattr(sample, "image", None))
-            groups.setdefault(key if key is not None else ("position", pos), []).append(item)
-        batches: list[list[tuple[int, Sample | dict[str, Any]]]] = [[]]
-        for group in groups.values():
-            if batches[-1] and len(batches[-1]) + len(group) > self.batch_size:
-                batches.append([])
-            batches[-1].extend(group)
-        done: dict[int, ScoreResult] = {}
-        next_pos = 0
-        position = {index: pos for pos, (index, _) in enumerate(items)}
-        for batch in batches:
-            for (index, _), result in zip(batch, self._score_batch(batch)):
-                done[position[index]] = result
-            while next_pos in done:
-                yield done.pop(next_pos)
-                next_pos += 1
-
-    def _score_batch(self, batch: Sequence[tuple[int, Sample | dict[str, Any]]]) -> list[ScoreResult]:
-        images: dict[Any, LoadedImage | str] = {}
-        preps = [self._prepare(i, s, images) for i, s in batch]
-        results: dict[int, ScoreResult] = {}
-        valid = self._group_by_image(preps)
-        try:
-            self._fill_contexts(valid)
-        except Exception as exc:  # noqa: BLE001 - a backend crash fails the batch's samples, not the run
-            log.exception("context step failed")
-            for p in valid:
-                if p.error is None:
-                    p.error = f"sample {_sample_id(p.sample, p.index)}: first step failed: {type(exc).__name__}: {exc}"
-                    p.cause = exc
-        valid = [p for p in valid if p.error is None]
-        if self.method.kind == "listwise":
-            results.update(self._score_listwise(valid))
-        else:
-            reqs: list[Request] = []
-            ready: list[_Prepared] = []
-            for p in valid:
-                try:
-                    reqs.append(self._score_request(p))
-                    ready.append(p)
-                except TemplateError as exc:
-                    p.error = f"sample {_sample_id(p.sample, p.index)}: {exc}"
-            outs = self._generate(reqs)
-            for p, out in zip(ready, outs):
-                if isinstance(out, BaseException):
-                    results[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: backend error: {type(out).__name__}: {out}", cause=out)
-                else:
-                    results[p.index] = self._parse_safely(p, out)
-        for p in preps:
-            if p.index not in results:
-                results[p.index] = self._error(p, p.error or f"sample {_sample_id(p.sample, p.index)}: not judged", cause=p.cause)
-        return [results[p.index] for p in preps]
+        return ScoringRun(self).run(samples)
 
     def _generate(self, reqs: Sequence[Request]) -> list[Completion | BaseException]:
-        if not reqs:
-            return []
-        try:
-            outs = self.backend.generate(reqs)
-        except Exception as exc:  # noqa: BLE001 - a backend that raises for a whole batch
-            log.exception("backend failed on a batch of %d requests", len(reqs))
-            return [exc] * len(reqs)
-        if len(outs) != len(reqs):
-            err = RuntimeError(f"backend returned {len(outs)} answers for {len(reqs)} requests")
-            return [err] * len(reqs)
-        return outs
-
-    def _score_listwise(self, preps: Sequence[_Prepared]) -> dict[int, ScoreResult]:
-        """Seed 002: one prompt per image listing all its captions; one score per caption."""
-        groups: dict[str, list[_Prepared]] = {}
-        for p in preps:
-            assert p.image is not None
-            groups.setdefault(p.image.sha256, []).append(p)
-        tpl = get_template(self.method.template)
-        reqs = []
-        members = []
-        out: dict[int, ScoreResult] = {}
-        for g in groups.values():
-            try:
-                prompt = tpl.render(captions=[normalize_caption(p.sample.caption) for p in g])
-            except TemplateError as exc:
-                for p in g:
-                    out[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: {exc}")
-                continue
-            assert g[0].image is not None
-            members.append(g)
-            reqs.append(Request(self._messages(prompt, g[0].image), self._config(max(self.method.max_new_tokens, 16 * len(g)), False)))
-        low, high = self.method.scale
-        for g, comp in zip(members, self._generate(reqs)):
-            if isinstance(comp, BaseException):
-                for p in g:
-                    out[p.index] = self._error(p, f"sample {_sample_id(p.sample, p.index)}: backend error: {type(comp).__name__}: {comp}", cause=comp)
-                continue
-            scores = parse_score_list(comp.text, len(g), low=low, high=high)
-            for k, (p, sc) in enumerate(zip(g, scores)):
-                details = {"list_position": k + 1, "list_size": len(g), "cached": comp.cached}
-                if sc is None:
-                    out[p.index] = self._result(p, score=None, raw=comp.text, status="error", error=f"sample {_sample_id(p.sample, p.index)}: no score for item {k + 1} in the listwise answer: {_short(comp.text)!r}", details=details)
-                else:
-                    out[p.index] = self._result(p, score=sc, raw_score=sc, raw=comp.text, details=details)
-        return out
+        return generate_all(self.backend, reqs)
 
     def compare(
         self,
@@ -537,6 +363,10 @@ class Judge:
         if kind == "grading" and self.method.kind != "score":  # checked at the call
             raise ValueError(f"comparison by grading needs a scoring method, not {self.method.name!r}")
         return pairwise.compare_many(self, pairs, mode=mode)
+
+    def compare_stream(self, pairs: Iterable[pairwise.Pair | dict[str, Any] | tuple[Any, ...]], *, mode: pairwise.CompareMode | None = None) -> Iterator[tuple[int, PairResult]]:
+        """Compare many pairs, yielding ``(input index, result)`` as each comparison is done."""
+        return pairwise.compare_stream(self, pairs, mode=mode)
 
     def explain(self, sample: Sample | dict[str, Any], result: ScoreResult | None = None) -> ScoreResult:
         """Score a sample (unless ``result`` is given) and ask the method's follow-up question

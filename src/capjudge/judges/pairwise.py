@@ -9,16 +9,34 @@ Grading: both captions are scored with the judge's method and the higher score w
 
 from __future__ import annotations
 
+import functools
+from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
-from capjudge.backends.base import Request
+from capjudge.backends.base import Completion, Request
 from capjudge.backends.faults import failure_details
+from capjudge.judges.dispatch import (
+    Answer,
+    BatchExecutor,
+    batched,
+    drive,
+    in_input_order,
+    make_executor,
+)
+from capjudge.judges.scoring import cached_note
 from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
 from capjudge.parsing import parse_verdict
 from capjudge.prompts.registry import TemplateError, get_template
-from capjudge.types import ImageInput, PairResult, Sample, image_label, normalize_caption
+from capjudge.types import (
+    ImageInput,
+    PairResult,
+    Sample,
+    ScoreResult,
+    image_label,
+    normalize_caption,
+)
 
 if TYPE_CHECKING:
     from capjudge.judges.judge import Judge
@@ -71,19 +89,24 @@ def compare(
 def compare_many(
     judge: Judge, pairs: Iterable[Pair | dict[str, Any] | tuple[Any, ...]], *, mode: CompareMode | None = None
 ) -> Iterator[PairResult]:
-    """Compare many pairs, yielding results in input order (batched like ``score_many``)."""
+    """Compare many pairs, yielding results in input order."""
+    return in_input_order(compare_stream(judge, pairs, mode=mode))
+
+
+def compare_stream(
+    judge: Judge, pairs: Iterable[Pair | dict[str, Any] | tuple[Any, ...]], *, mode: CompareMode | None = None
+) -> Iterator[tuple[int, PairResult]]:
+    """Compare many pairs, yielding ``(input index, result)`` as each comparison is done.
+
+    Dual-sided pairs go to the backend as ``score_stream`` sends captions: in batches of whole
+    pairs for backends that batch, through a sliding window for API backends. Comparison by grading
+    scores both captions through :meth:`Judge.score_stream`.
+    """
     if mode is None:
         mode = "pairwise" if judge.method.kind == "pairwise" else "grading"
     if mode == "grading" and judge.method.kind != "score":
         raise ValueError(f"comparison by grading needs a scoring method, not {judge.method.name!r}")
-    batch: list[tuple[int, Any]] = []
-    for i, item in enumerate(pairs):
-        batch.append((i, item))
-        if len(batch) >= max(1, judge.batch_size // 2):
-            yield from _compare_batch(judge, batch, mode)
-            batch = []
-    if batch:
-        yield from _compare_batch(judge, batch, mode)
+    return _graded(judge, pairs) if mode == "grading" else _dual(judge, pairs)
 
 
 def _pair_result(judge: Judge, index: int, pair: Pair | None, raw_item: Any, mode: CompareMode, **fields: Any) -> PairResult:
@@ -102,92 +125,131 @@ def _pair_result(judge: Judge, index: int, pair: Pair | None, raw_item: Any, mod
     )
 
 
-def _compare_batch(judge: Judge, batch: Sequence[tuple[int, Any]], mode: CompareMode) -> list[PairResult]:
-    pairs: list[tuple[int, Pair | None, Any, str | None]] = []
-    for i, item in batch:
-        try:
-            pairs.append((i, _as_pair(item), item, None))
-        except (KeyError, TypeError, ValueError) as exc:
-            pairs.append((i, None, item, f"pair {i}: malformed pair ({type(exc).__name__}: {exc})"))
-    if mode == "grading":
-        return _compare_by_grading(judge, pairs)
-    return _compare_dual(judge, pairs)
+def _parsed(i: int, item: Any) -> tuple[Pair | None, str | None]:
+    try:
+        return _as_pair(item), None
+    except (KeyError, TypeError, ValueError) as exc:
+        return None, f"pair {i}: malformed pair ({type(exc).__name__}: {exc})"
 
 
-def _compare_by_grading(judge: Judge, pairs: Sequence[tuple[int, Pair | None, Any, str | None]]) -> list[PairResult]:
-    samples: list[Sample] = []
-    for i, p, _, err in pairs:
-        if p is not None and err is None:
-            samples.append(Sample(p.image, p.caption_a, p.references, f"{p.id or i}:A"))
-            samples.append(Sample(p.image, p.caption_b, p.references, f"{p.id or i}:B"))
-    scored = iter(judge.score_many(samples))
-    out = []
-    for i, p, item, err in pairs:
-        if p is None or err is not None:
-            out.append(_pair_result(judge, i, p, item, "grading", verdict=None, status="error", error=err))
-            continue
-        ra, rb = next(scored), next(scored)
-        verdict = verdict_from_scores(ra.score, rb.score)
-        errors = [r.error for r in (ra, rb) if not r.ok]
-        out.append(
-            _pair_result(judge,
-                i, p, item, "grading",
-                verdict=verdict,
-                scores=(ra.score, rb.score),
-                raw=[ra.raw, rb.raw],
-                status="ok" if verdict is not None else "error",
-                error="; ".join(e for e in errors if e) or None,
-                details={"smoothed": [ra.smoothed, rb.smoothed], **({"resumable": True} if any(r.details.get("resumable") for r in (ra, rb)) else {})},
-            )
-        )
-    return out
+def _graded(judge: Judge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
+    """Both captions scored by the judge's method; the higher score wins (seed 003)."""
+    ready: deque[tuple[int, PairResult]] = deque()  # malformed pairs, answered without the backend
+    sides: list[tuple[int, int]] = []  # sample position -> (pair index, 0 for A / 1 for B)
+    open_pairs: dict[int, tuple[Pair, Any, list[ScoreResult | None]]] = {}
+
+    def samples() -> Iterator[Sample]:
+        for i, item in enumerate(pairs):
+            p, err = _parsed(i, item)
+            if p is None:
+                ready.append((i, _pair_result(judge, i, None, item, "grading", verdict=None, status="error", error=err)))
+                continue
+            open_pairs[i] = (p, item, [None, None])
+            sides.append((i, 0))
+            yield Sample(p.image, p.caption_a, p.references, f"{p.id or i}:A")
+            sides.append((i, 1))
+            yield Sample(p.image, p.caption_b, p.references, f"{p.id or i}:B")
+
+    for k, res in judge.score_stream(samples()):
+        while ready:
+            yield ready.popleft()
+        i, side = sides[k]
+        p, item, got = open_pairs[i]
+        got[side] = res
+        if got[0] is not None and got[1] is not None:
+            del open_pairs[i]
+            yield i, _graded_result(judge, i, p, item, got[0], got[1])
+    while ready:
+        yield ready.popleft()
 
 
-def _compare_dual(judge: Judge, pairs: Sequence[tuple[int, Pair | None, Any, str | None]]) -> list[PairResult]:
-    name = judge.method.template if judge.method.kind == "pairwise" else DEFAULT_PAIRWISE_TEMPLATE
-    tpl = get_template(name)
-    reqs: list[Request] = []
-    images: dict[Any, Any] = {}  # each image read once per batch
-    slots: list[tuple[int, Pair, Any]] = []
-    errors: dict[int, str] = {}
-    for i, p, item, err in pairs:
-        if p is None or err is not None:
-            errors[i] = err or f"pair {i}: malformed"
-            continue
-        prep_a = judge._prepare(i, Sample(p.image, p.caption_a, p.references, p.id), images)
-        prep_b = judge._prepare(i, Sample(p.image, p.caption_b, p.references, p.id), images)
-        bad = prep_a.error or prep_b.error
-        if bad:
-            errors[i] = bad.replace("empty caption", "empty caption in the pair")
-            continue
-        assert prep_a.image is not None
-        norm_a, norm_b = normalize_caption(p.caption_a), normalize_caption(p.caption_b)
-        try:
-            prompts = [tpl.render(caption_a=first, caption_b=second, references=list(p.references)) for first, second in ((norm_a, norm_b), (norm_b, norm_a))]
-        except TemplateError as exc:
-            errors[i] = f"pair {p.id or i}: {exc}"
-            continue
-        for prompt in prompts:
-            reqs.append(Request(judge._messages(prompt, prep_a.image), judge._config(judge.method.max_new_tokens if judge.method.kind == "pairwise" else 256, False)))
-        slots.append((i, p, item))
-    outs = judge._generate(reqs)
-    by_index: dict[int, PairResult] = {}
-    for k, (i, p, item) in enumerate(slots):
-        o1, o2 = outs[2 * k], outs[2 * k + 1]
+def _graded_result(judge: Judge, i: int, p: Pair, item: Any, ra: ScoreResult, rb: ScoreResult) -> PairResult:
+    verdict = verdict_from_scores(ra.score, rb.score)
+    errors = [r.error for r in (ra, rb) if not r.ok]
+    return _pair_result(
+        judge,
+        i, p, item, "grading",
+        verdict=verdict,
+        scores=(ra.score, rb.score),
+        raw=[ra.raw, rb.raw],
+        status="ok" if verdict is not None else "error",
+        error="; ".join(e for e in errors if e) or None,
+        details={
+            "smoothed": [ra.smoothed, rb.smoothed],
+            "cached": [bool(ra.details.get("cached")), bool(rb.details.get("cached"))],
+            **({"resumable": True} if any(r.details.get("resumable") for r in (ra, rb)) else {}),
+        },
+    )
+
+
+class _DualRun:
+    """Dual-sided comparison: each pair asked in both orders, the votes combined."""
+
+    def __init__(self, judge: Judge) -> None:
+        self.judge = judge
+        self.executor = make_executor(judge.backend)
+        self.done: deque[tuple[int, PairResult]] = deque()
+        self.images: dict[Any, Any] = {}
+        self.name = judge.method.template if judge.method.kind == "pairwise" else DEFAULT_PAIRWISE_TEMPLATE
+        self.tpl = get_template(self.name)
+
+    def batches(self, pairs: Iterable[Any]) -> Iterator[list[tuple[int, Any]]]:
+        size = max(1, self.judge.batch_size // 2) if isinstance(self.executor, BatchExecutor) else 1
+        return batched(enumerate(pairs), size)
+
+    def _error(self, i: int, p: Pair | None, item: Any, message: str, **fields: Any) -> None:
+        self.done.append((i, _pair_result(self.judge, i, p, item, "pairwise", verdict=None, status="error", error=message, **fields)))
+
+    def start(self, batch: Sequence[tuple[int, Any]]) -> None:
+        judge = self.judge
+        self.images.clear()  # each image read once per batch
+        for i, item in batch:
+            p, err = _parsed(i, item)
+            if p is None:
+                self._error(i, None, item, err or f"pair {i}: malformed")
+                continue
+            prep_a = judge._prepare(i, Sample(p.image, p.caption_a, p.references, p.id), self.images)
+            prep_b = judge._prepare(i, Sample(p.image, p.caption_b, p.references, p.id), self.images)
+            bad = prep_a.error or prep_b.error
+            if bad:
+                self._error(i, p, item, bad.replace("empty caption", "empty caption in the pair"))
+                continue
+            assert prep_a.image is not None
+            norm_a, norm_b = normalize_caption(p.caption_a), normalize_caption(p.caption_b)
+            try:
+                prompts = [self.tpl.render(caption_a=first, caption_b=second, references=list(p.references)) for first, second in ((norm_a, norm_b), (norm_b, norm_a))]
+            except TemplateError as exc:
+                self._error(i, p, item, f"pair {p.id or i}: {exc}")
+                continue
+            got: list[Answer | None] = [None, None]
+            max_new = judge.method.max_new_tokens if judge.method.kind == "pairwise" else 256
+            for order, prompt in enumerate(prompts):
+                request = Request(judge._messages(prompt, prep_a.image), judge._config(max_new, False))
+                self.executor.add(request, functools.partial(self._answered, i, p, item, got, order))
+
+    def _answered(self, i: int, p: Pair, item: Any, got: list[Answer | None], order: int, out: Answer) -> None:
+        got[order] = out
+        o1, o2 = got
+        if o1 is None or o2 is None:
+            return
         failed = [o for o in (o1, o2) if isinstance(o, BaseException)]
         if failed:
-            by_index[i] = _pair_result(judge, i, p, item, "pairwise", verdict=None, status="error", error=f"pair {p.id or i}: backend error: {type(failed[0]).__name__}: {failed[0]}", details=failure_details(failed[0]))
-            continue
-        t1, t2 = o1.text, o2.text  # type: ignore[union-attr]
+            self._error(i, p, item, f"pair {p.id or i}: backend error: {type(failed[0]).__name__}: {failed[0]}", details=failure_details(failed[0]))
+            return
+        assert isinstance(o1, Completion) and isinstance(o2, Completion)
+        t1, t2 = o1.text, o2.text
         v1 = parse_verdict(t1)
         v2 = flip(parse_verdict(t2))
         votes = [v1, v2]
         if v1 is None or v2 is None:
-            which = "first" if v1 is None else "second"
-            by_index[i] = _pair_result(judge, i, p, item, "pairwise", verdict=None, votes=votes, raw=[t1, t2], status="error", error=f"pair {p.id or i}: no verdict in the {which} order's answer: {' '.join((t1 if v1 is None else t2).split())[:80]!r}")
-            continue
-        by_index[i] = _pair_result(judge, i, p, item, "pairwise", verdict=dual_sided_vote(v1, v2), votes=votes, raw=[t1, t2], details={"cached": [o1.cached, o2.cached]})  # type: ignore[union-attr]
-    out = []
-    for i, p, item, _ in pairs:
-        out.append(by_index.get(i) or _pair_result(judge, i, p, item, "pairwise", verdict=None, status="error", error=errors.get(i, f"pair {i}: not judged")))
-    return out
+            which, bad_out = ("first", o1) if v1 is None else ("second", o2)
+            message = f"pair {p.id or i}: no verdict in the {which} order's answer: {' '.join(bad_out.text.split())[:80]!r}{cached_note(bad_out)}"
+            self._error(i, p, item, message, votes=votes, raw=[t1, t2])
+            return
+        result = _pair_result(self.judge, i, p, item, "pairwise", verdict=dual_sided_vote(v1, v2), votes=votes, raw=[t1, t2], details={"cached": [o1.cached, o2.cached]})
+        self.done.append((i, result))
+
+
+def _dual(judge: Judge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
+    run = _DualRun(judge)
+    return drive(run.executor, run.batches(pairs), run.start, run.done)

@@ -1,0 +1,252 @@
+"""The flow of one scoring run: samples in, ``(input index, result)`` out as results are made.
+
+:class:`~capjudge.judges.judge.Judge` exposes this as ``Judge.score_stream`` (completion order) and
+``Judge.score_many`` (input order). Samples are read ``group_window`` at a time and grouped by image
+whatever their input order, so that two-step methods ask their first step once per image,
+``listwise`` puts all the captions of an image in one prompt, and backends share the image prefix.
+
+What is sent when is up to the executor (:mod:`capjudge.judges.dispatch`): backends that batch get
+batches of whole image groups (up to ``batch_size`` samples, a larger group alone); backends that run
+concurrent requests get a sliding window, and a caption's scoring request waits only for its own
+image's first step.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from capjudge.backends.base import Completion, Request
+from capjudge.images import LoadedImage
+from capjudge.judges.dispatch import Answer, BatchExecutor, Executor, drive, make_executor
+from capjudge.parsing import parse_score_list
+from capjudge.prompts.registry import TemplateError, get_template
+from capjudge.types import Sample, ScoreResult, normalize_caption
+
+if TYPE_CHECKING:
+    from capjudge.judges.judge import Judge, _Prepared
+
+Item = tuple[int, Any]  # (input index, sample as given)
+
+_IMAGE_MEMO = 64  # decoded images kept for the next samples (captions of one image are adjacent)
+
+
+class _ImageMemo(OrderedDict[Any, "LoadedImage | str"]):
+    """The last images loaded (or their load errors), so the captions of one image read it once."""
+
+    def __setitem__(self, key: Any, value: LoadedImage | str) -> None:
+        super().__setitem__(key, value)
+        self.move_to_end(key)
+        while len(self) > _IMAGE_MEMO:
+            self.popitem(last=False)
+
+
+def read_windows(samples: Iterable[Any], size: int) -> Iterator[list[Item]]:
+    """``(index, sample)`` lists of ``size``; when the input raises, what was read comes first."""
+    window: list[Item] = []
+    try:
+        for i, s in enumerate(samples):
+            window.append((i, s))
+            if len(window) >= size:
+                yield window
+                window = []
+    except Exception:
+        if window:
+            yield window
+        raise
+    if window:
+        yield window
+
+
+def image_groups(items: Sequence[Item], image_key: Any) -> list[list[Item]]:
+    """The items grouped by image (groups in first-seen order, input order inside a group)."""
+    groups: dict[Any, list[Item]] = {}
+    for pos, item in enumerate(items):
+        sample = item[1]
+        key = image_key(sample.get("image") if isinstance(sample, dict) else getattr(sample, "image", None))
+        groups.setdefault(key if key is not None else ("position", pos), []).append(item)
+    return list(groups.values())
+
+
+def pack(groups: Iterable[list[Item]], size: int) -> Iterator[list[Item]]:
+    """Whole groups packed into batches of at most ``size`` items (a larger group is one batch)."""
+    batch: list[Item] = []
+    for group in groups:
+        if batch and len(batch) + len(group) > size:
+            yield batch
+            batch = []
+        batch.extend(group)
+    if batch:
+        yield batch
+
+
+class ScoringRun:
+    """One pass over samples: prepares them, asks the backend through an executor, parses answers."""
+
+    def __init__(self, judge: Judge, executor: Executor | None = None) -> None:
+        self.judge = judge
+        self.executor = executor or make_executor(judge.backend)
+        self.done: deque[tuple[int, ScoreResult]] = deque()
+        self.images: _ImageMemo = _ImageMemo()
+        # (image sha, first-step template hash) -> samples waiting for that first step
+        self.waiting: dict[tuple[str, str], list[_Prepared]] = {}
+
+    # ------------------------------------------------------------------ batches of work
+    def batches(self, samples: Iterable[Any]) -> Iterator[list[Item]]:
+        """Image groups of each read window: packed into batches for a batching backend, one group
+        at a time for a sliding window (which starts the next as soon as a slot is free)."""
+        judge = self.judge
+        for window in read_windows(samples, max(judge.batch_size, judge.group_window)):
+            groups = image_groups(window, image_key)
+            if isinstance(self.executor, BatchExecutor):
+                yield from pack(groups, judge.batch_size)
+            else:
+                yield from groups
+
+    def run(self, samples: Iterable[Any]) -> Iterator[tuple[int, ScoreResult]]:
+        """``(input index, result)`` for every sample, in the order results are made."""
+        return drive(self.executor, self.batches(samples), self.start, self.done)
+
+    # ------------------------------------------------------------------ starting samples
+    def start(self, batch: Sequence[Item]) -> None:
+        """Prepare a batch's samples and queue their first requests (errors are results at once)."""
+        judge = self.judge
+        valid: dict[str, list[_Prepared]] = {}  # by image content: one group per picture
+        for index, sample in batch:
+            prep = judge._prepare(index, sample, self.images)
+            if prep.error is not None or prep.image is None:
+                self.done.append((index, judge._error(prep, prep.error or "not judged", cause=prep.cause)))
+            else:
+                valid.setdefault(prep.image.sha256, []).append(prep)
+        for group in valid.values():
+            if judge.method.kind == "listwise":
+                self._ask_list(group)
+            else:
+                for prep in group:
+                    self._ask_context_then_score(prep)
+
+    def _fail(self, prep: _Prepared, message: str, cause: BaseException | None = None) -> None:
+        self.done.append((prep.index, self.judge._error(prep, message, cause=cause)))
+
+    def _ask_context_then_score(self, prep: _Prepared) -> None:
+        """Two-step methods: the first step once per image (memoised for the judge's lifetime,
+        across runs by the response cache); the scoring step once it is answered."""
+        judge = self.judge
+        name = judge.method.context_template
+        if not name:
+            self._ask_score(prep)
+            return
+        assert prep.image is not None
+        tpl = get_template(name)
+        key = (prep.image.sha256, tpl.hash)
+        if key in judge._contexts:
+            prep.context = judge._contexts[key]
+            self._ask_score(prep)
+        elif key in self.waiting:
+            self.waiting[key].append(prep)
+        else:
+            self.waiting[key] = [prep]
+            config = judge._config(judge.method.context_max_new_tokens, False, judge.method.context_temperature)
+            request = Request(judge._messages(tpl.render(), prep.image), config)
+            self.executor.add(request, lambda out: self._context_answered(key, name, out))
+
+    def _context_answered(self, key: tuple[str, str], name: str, out: Answer) -> None:
+        judge = self.judge
+        cause = out if isinstance(out, BaseException) else None
+        if isinstance(out, BaseException):
+            failure: str | None = f"{type(out).__name__}: {out}"
+        elif not out.text.strip():
+            failure = "the model returned an empty context"
+        else:
+            failure = None
+            judge._contexts[key] = out.text.strip()
+        for prep in self.waiting.pop(key, []):
+            assert prep.image is not None
+            if failure is not None:
+                self._fail(prep, f"sample {_sid(prep)}: first step ({name}) failed for image {prep.image.label!r}: {failure}", cause)
+            else:
+                prep.context = judge._contexts[key]
+                self._ask_score(prep)
+
+    def _ask_score(self, prep: _Prepared) -> None:
+        judge = self.judge
+        try:
+            request = judge._score_request(prep)
+        except TemplateError as exc:
+            self._fail(prep, f"sample {_sid(prep)}: {exc}")
+            return
+        self.executor.add(request, lambda out: self.done.append((prep.index, self._scored(prep, out))))
+
+    def _scored(self, prep: _Prepared, out: Answer) -> ScoreResult:
+        if isinstance(out, BaseException):
+            return self.judge._error(prep, f"sample {_sid(prep)}: backend error: {type(out).__name__}: {out}", cause=out)
+        return self.judge._parse_safely(prep, out)
+
+    # ------------------------------------------------------------------ listwise
+    def _ask_list(self, group: list[_Prepared]) -> None:
+        """Seed 002: one prompt per image listing all its captions; one score per caption."""
+        judge = self.judge
+        try:
+            prompt = get_template(judge.method.template).render(captions=[normalize_caption(p.sample.caption) for p in group])
+        except TemplateError as exc:
+            for prep in group:
+                self._fail(prep, f"sample {_sid(prep)}: {exc}")
+            return
+        assert group[0].image is not None
+        request = Request(judge._messages(prompt, group[0].image), judge._config(max(judge.method.max_new_tokens, 16 * len(group)), False))
+        self.executor.add(request, lambda out: self._list_answered(group, out))
+
+    def _list_answered(self, group: list[_Prepared], out: Answer) -> None:
+        judge = self.judge
+        if isinstance(out, BaseException):
+            for prep in group:
+                self._fail(prep, f"sample {_sid(prep)}: backend error: {type(out).__name__}: {out}", out)
+            return
+        low, high = judge.method.scale
+        scores = parse_score_list(out.text, len(group), low=low, high=high)
+        for k, (prep, score) in enumerate(zip(group, scores)):
+            details = {"list_position": k + 1, "list_size": len(group), "cached": out.cached}
+            if score is None:
+                message = f"sample {_sid(prep)}: no score for item {k + 1} in the listwise answer: {_short(out.text)!r}{cached_note(out)}"
+                result = judge._result(prep, score=None, raw=out.text, status="error", error=message, details=details)
+            else:
+                result = judge._result(prep, score=score, raw_score=score, raw=out.text, details=details)
+            self.done.append((prep.index, result))
+
+
+def cached_note(out: Completion) -> str:
+    """Said in an error that comes from an answer replayed from the response cache."""
+    return " (this answer came from the response cache)" if out.cached else ""
+
+
+def image_key(image: Any) -> Any:
+    """A cheap grouping key for an image input before it is loaded (path text, bytes, object id)."""
+    if isinstance(image, (str, Path)):
+        return ("path", str(image))
+    if isinstance(image, (bytes, bytearray)):
+        return ("bytes", bytes(image))  # exact: the key also memoises the decoded image
+    if isinstance(image, LoadedImage):
+        return ("sha", image.sha256)
+    return ("object", id(image)) if image is not None else None
+
+
+def sample_id(sample: Sample, index: int) -> str:
+    """The id a result carries: the sample's own, else its input position."""
+    return sample.id if sample.id is not None else str(index)
+
+
+def short(text: str | None, n: int = 80) -> str:
+    """One line of at most ``n`` characters (answers quoted in error messages)."""
+    if text is None:
+        return "<none>"
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _sid(prep: _Prepared) -> str:
+    return sample_id(prep.sample, prep.index)
+
+
+_short = short
