@@ -99,14 +99,7 @@ class HFBackend(Backend):
         self._torch = torch
         self.model = model
         self.spec = f"hf:{model}"
-        if device == "auto":
-            device = "cuda" if torch.cuda.is_available() else "cpu"
-        self.device = torch.device(device)
-        if dtype == "auto":
-            dtype = "float16" if self.device.type == "cuda" else "float32"
-        if not hasattr(torch, str(dtype)):
-            raise BackendError(f"unknown dtype {dtype!r} (use float16, bfloat16 or float32)")
-        self.dtype_name = str(dtype)
+        self.device, self.dtype_name = _device_and_dtype(torch, device, dtype)
         self.batch_size = max(1, int(batch_size))
         self.pad_square = as_bool(pad_square, "pad_square")
         if chat_format not in ("llava", "template"):
@@ -194,20 +187,8 @@ class HFBackend(Backend):
         return ids
 
     def _make_identity(self) -> dict[str, Any]:
-        ident: dict[str, Any] = {"kind": self.kind, "model": self.model, "dtype": self.dtype_name, "pad_square": self.pad_square, "chat_format": self.chat_format, "attn": self._attn_implementation}
-        if self.load_4bit:
-            ident["quantization"] = "bnb-nf4-double-fp16"
-        path = Path(self.model)
-        if path.is_dir():
-            h = hashlib.sha256()
-            for f in sorted(path.iterdir()):
-                if f.is_file():
-                    st = f.stat()
-                    h.update(f"{f.name}:{st.st_size}:{int(st.st_mtime)}".encode())
-            ident["files"] = h.hexdigest()[:16]
-        else:
-            ident["revision"] = getattr(self.net.config, "_commit_hash", None)
-        return ident
+        revision = lambda: getattr(self.net.config, "_commit_hash", None)  # noqa: E731 - hub ids only
+        return model_identity(self.model, self.dtype_name, self.pad_square, self.chat_format, self._attn_implementation, revision, load_4bit=self.load_4bit)
 
     def identity(self) -> dict[str, Any]:
         """Kind, model, dtype and preprocessing settings (local folders: a hash of their files)."""
@@ -396,6 +377,76 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
 def from_spec(spec: BackendSpec, **options: Any) -> HFBackend:
     """``hf:<model id or folder>[?device=cuda&dtype=float16&batch_size=8]``."""
     return HFBackend(spec.target, **check_options(spec, **options))
+
+
+def _device_and_dtype(torch: Any, device: str, dtype: str) -> tuple[Any, str]:
+    """The torch device and dtype name that ``"auto"`` settings resolve to, checked."""
+    if device == "auto":
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    dev = torch.device(device)
+    if dtype == "auto":
+        dtype = "float16" if dev.type == "cuda" else "float32"
+    if not hasattr(torch, str(dtype)):
+        raise BackendError(f"unknown dtype {dtype!r} (use float16, bfloat16 or float32)")
+    return dev, str(dtype)
+
+
+def model_identity(model: str, dtype_name: str, pad_square: bool, chat_format: str, attn: str | None, revision: Any, *, load_4bit: bool = False) -> dict[str, Any]:
+    """What identifies an HF model's answers: settings, and a hash of a local folder's files or
+    the hub revision (``revision()``, called only for hub ids)."""
+    ident: dict[str, Any] = {"kind": HFBackend.kind, "model": model, "dtype": dtype_name, "pad_square": pad_square, "chat_format": chat_format, "attn": attn}
+    if load_4bit:
+        ident["quantization"] = "bnb-nf4-double-fp16"
+    path = Path(model)
+    if path.is_dir():
+        h = hashlib.sha256()
+        for f in sorted(path.iterdir()):
+            if f.is_file():
+                st = f.stat()
+                h.update(f"{f.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+        ident["files"] = h.hexdigest()[:16]
+    else:
+        ident["revision"] = revision()
+    return ident
+
+
+def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
+    """The backend of :func:`from_spec`, loaded only when a request misses the cache: its options
+    are checked and its identity (cache keys) computed now, without the weights (a hub model's
+    revision is read from its config file)."""
+    from capjudge.backends.lazy import LazyBackend
+
+    opts = check_options(spec, **options)
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the install
+        raise BackendError("the hf backend needs torch and transformers: pip install 'capjudge[hf]'") from exc
+    model = spec.target
+    load_4bit = bool(opts.get("load_4bit", False))
+    if load_4bit:
+        check_4bit_packages()
+    _, dtype_name = _device_and_dtype(torch, opts.get("device", "auto"), opts.get("dtype", "auto"))
+    chat_format = opts.get("chat_format", "llava")
+    if chat_format not in ("llava", "template"):
+        raise BackendError(f"unknown chat_format {chat_format!r} (use 'llava' or 'template')")
+    local = opts.get("local_files_only")
+    if local is None:
+        local = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on") or Path(model).is_dir()
+
+    def revision() -> str | None:
+        import transformers
+
+        try:
+            config = transformers.AutoConfig.from_pretrained(model, local_files_only=local, trust_remote_code=bool(opts.get("trust_remote_code", False)))
+        except OSError as exc:
+            raise BackendError(
+                f"could not load HF model {model!r}: {exc}. Give a local folder, or download the model "
+                "first (huggingface-cli download ...); capjudge never downloads weights itself when offline."
+            ) from exc
+        return getattr(config, "_commit_hash", None)
+
+    ident = model_identity(model, dtype_name, bool(opts.get("pad_square", True)), chat_format, opts.get("attn_implementation"), revision, load_4bit=load_4bit)
+    return LazyBackend(lambda: HFBackend(model, **opts), kind=HFBackend.kind, spec=f"hf:{model}", model=model, identity=ident)
 
 
 def llava_4bit_settings(torch: Any) -> dict[str, Any]:

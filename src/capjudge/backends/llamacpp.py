@@ -90,6 +90,44 @@ def _check_gguf(path: Path, what: str) -> None:
         raise BackendError(f"llama.cpp {what} file {str(path)!r} is not a GGUF file (starts with {magic!r})")
 
 
+def _block_size(prompt_block: int, n_batch: int) -> int:
+    """Text is evaluated (and reused) in blocks of this many tokens; ``<= 0``: whole batches."""
+    return max(1, min(int(prompt_block), int(n_batch))) if prompt_block > 0 else max(1, int(n_batch))
+
+
+def check_files(model_path: Path, mmproj_path: Path | None) -> None:
+    """Both files exist, are GGUF, and the projector's output width is the model's."""
+    _check_gguf(model_path, "model")
+    if mmproj_path is not None:
+        _check_gguf(mmproj_path, "mmproj (projector)")
+        text_w, proj_w = gguf_widths(model_path, mmproj_path)
+        if text_w is not None and proj_w is not None and text_w != proj_w:
+            raise ProjectorMismatchError(
+                f"projector {str(mmproj_path)!r} outputs {proj_w}-wide embeddings but model "
+                f"{str(model_path)!r} has width {text_w}: use the mmproj file released with this model"
+            )
+
+
+def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_batch: int, n_gpu_layers: int, seed: int) -> dict[str, Any]:
+    """Kind, model file name and content digest, projector name and digest, prompt format, and
+    the settings that change the logits' rounding."""
+    return {
+        "kind": LlamaCppBackend.kind,
+        "model": model_path.stem,
+        "model_digest": _file_digest(model_path),
+        "mmproj": mmproj_path.name if mmproj_path else None,
+        "mmproj_digest": _file_digest(mmproj_path) if mmproj_path else None,
+        "prompt_format": "llava_v1",
+        "decoding": "argmax",
+        "seed": int(seed),
+        # Text is evaluated in blocks of this size; another size, another batch size or GPU
+        # offloading change the logits' rounding (~1e-7).
+        "prompt_block": block,
+        "n_batch": int(n_batch),
+        "n_gpu_layers": int(n_gpu_layers),
+    }
+
+
 def gguf_widths(model_path: Path, mmproj_path: Path) -> tuple[int | None, int | None]:
     """The text model's embedding width and the projector's output width, read from the GGUF
     headers (``None`` where the file does not say, e.g. an unusual projector type)."""
@@ -156,15 +194,7 @@ class LlamaCppBackend(Backend):
         self._mtmd = mtmd_cpp
         self.model_path = Path(model_path).expanduser()
         self.mmproj_path = Path(mmproj).expanduser() if mmproj else None
-        _check_gguf(self.model_path, "model")
-        if self.mmproj_path is not None:
-            _check_gguf(self.mmproj_path, "mmproj (projector)")
-            text_w, proj_w = gguf_widths(self.model_path, self.mmproj_path)
-            if text_w is not None and proj_w is not None and text_w != proj_w:
-                raise ProjectorMismatchError(
-                    f"projector {str(self.mmproj_path)!r} outputs {proj_w}-wide embeddings but model "
-                    f"{str(self.model_path)!r} has width {text_w}: use the mmproj file released with this model"
-                )
+        check_files(self.model_path, self.mmproj_path)
         self.n_ctx = int(n_ctx)
         self.seed = int(seed)
         self.verbose = bool(verbose)
@@ -173,7 +203,7 @@ class LlamaCppBackend(Backend):
         self._lock = threading.Lock()
         self._kv: list[_Chunk] = []
         # text is evaluated (and reused) in blocks of this many tokens; <= 0: whole batches
-        self._block = max(1, min(int(prompt_block), int(n_batch))) if prompt_block > 0 else max(1, int(n_batch))
+        self._block = _block_size(prompt_block, n_batch)
 
         if not verbose:  # libmtmd logs through its own callbacks; route them to llama-cpp-python's
             from llama_cpp._logger import llama_log_callback
@@ -226,21 +256,7 @@ class LlamaCppBackend(Backend):
             prefix_reuse=True,
             system_prompt=True,
         )
-        self._identity = {
-            "kind": self.kind,
-            "model": self.model,
-            "model_digest": _file_digest(self.model_path),
-            "mmproj": self.mmproj_path.name if self.mmproj_path else None,
-            "mmproj_digest": _file_digest(self.mmproj_path) if self.mmproj_path else None,
-            "prompt_format": "llava_v1",
-            "decoding": "argmax",
-            "seed": self.seed,
-            # Text is evaluated in blocks of this size; another size, another batch size or GPU
-            # offloading change the logits' rounding (~1e-7).
-            "prompt_block": self._block,
-            "n_batch": int(n_batch),
-            "n_gpu_layers": int(n_gpu_layers),
-        }
+        self._identity = model_identity(self.model_path, self.mmproj_path, block=self._block, n_batch=n_batch, n_gpu_layers=n_gpu_layers, seed=self.seed)
 
     @property
     def _mtmd_ctx(self) -> Any:
@@ -589,6 +605,22 @@ def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
     """
     o = check_options(spec, **options)
     return LlamaCppBackend(spec.target, o.pop("mmproj"), spec=getattr(spec, "raw", "") or "", **o)
+
+
+def lazy_from_spec(spec: Any, **options: Any) -> Backend:
+    """The backend of :func:`from_spec`, loaded only when a request misses the cache: the files are
+    checked and the identity (cache keys) computed now, without loading the model."""
+    from capjudge.backends.lazy import LazyBackend
+
+    o = check_options(spec, **options)
+    model_path = Path(spec.target).expanduser()
+    mmproj = Path(str(o["mmproj"])).expanduser() if o["mmproj"] else None
+    check_files(model_path, mmproj)
+    ident = model_identity(model_path, mmproj, block=_block_size(o["prompt_block"], o["n_batch"]), n_batch=o["n_batch"], n_gpu_layers=o["n_gpu_layers"], seed=o["seed"])
+    raw = getattr(spec, "raw", "") or ""
+    shown = raw or f"llamacpp:{model_path}" + (f"?mmproj={mmproj}" if mmproj else "")
+    kwargs = {k: v for k, v in o.items() if k != "mmproj"}
+    return LazyBackend(lambda: LlamaCppBackend(spec.target, o["mmproj"], spec=raw, **kwargs), kind=LlamaCppBackend.kind, spec=shown, model=model_path.stem, identity=ident)
 
 
 def check_options(spec: Any, **options: Any) -> dict[str, Any]:

@@ -94,18 +94,22 @@ def check_backend(spec: str, **options: Any) -> BackendSpec:
     return parsed
 
 
-def load_backend(spec: str | Backend, **options: Any) -> Backend:
+def load_backend(spec: str | Backend, *, lazy: bool = False, **options: Any) -> Backend:
     """Build a backend from a spec string (a ready :class:`Backend` is returned unchanged).
 
     Keyword options go to the backend (e.g. ``dtype="float16"``, ``device="cuda"`` for ``hf``) and
-    override ``?key=value`` options of the spec.
+    override ``?key=value`` options of the spec. ``lazy=True`` checks the options now but loads the
+    model only when a request first needs it (:class:`~capjudge.backends.lazy.LazyBackend`), for
+    backends whose module offers ``lazy_from_spec`` (HF, llama.cpp); others are built at once.
     """
     if isinstance(spec, Backend):
         return spec
     parsed = parse_spec(spec)
     factory = _REGISTRY[parsed.kind]
     if isinstance(factory, str):
-        factory = getattr(_module(parsed, factory), factory.split(":")[1])
+        module = _module(parsed, factory)
+        lazy_factory = getattr(module, "lazy_from_spec", None) if lazy else None
+        factory = lazy_factory or getattr(module, factory.split(":")[1])
     merged: dict[str, Any] = {**parsed.options, **options}
     try:
         return factory(parsed, **merged)
