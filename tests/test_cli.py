@@ -46,7 +46,9 @@ def test_score_csv_input_and_resume_from_cache(tmp_path: Path, capsys) -> None:
     first = read_jsonl(out)
     assert [r["status"] for r in first] == ["ok"] * 3
     assert first[0]["references"][0] == "two cats are sleeping next to each other."
-    assert main(args) == 0
+    assert main(args) == 0  # resumes from --out: every record kept as it was
+    assert read_jsonl(out) == first
+    assert main([*args, "--overwrite"]) == 0  # starts over: every answer from the cache
     second = read_jsonl(out)
     assert all(r["details"]["cached"] for r in second)
     assert [r["score"] for r in second] == [r["score"] for r in first]
@@ -72,7 +74,7 @@ def test_compare_pairs_file(tmp_path: Path, capsys) -> None:
     res = read_jsonl(out)
     assert [r["verdict"] for r in res] == ["tie", "tie"]  # pure position bias cancels out
     assert res[0]["votes"] == ["A", "B"] and res[0]["mode"] == "pairwise"
-    rc = main(["compare", "--method", "vanilla", "--mode", "grading", "--backend", "scripted:50", "--images", str(EXAMPLES / "images"), "--input", str(EXAMPLES / "pairs.jsonl"), "--out", str(out), "--no-cache", "--quiet"])
+    rc = main(["compare", "--method", "vanilla", "--mode", "grading", "--backend", "scripted:50", "--images", str(EXAMPLES / "images"), "--input", str(EXAMPLES / "pairs.jsonl"), "--out", str(out), "--no-cache", "--quiet", "--overwrite"])
     assert rc == 0 and all(r["mode"] == "grading" and r["verdict"] == "tie" for r in read_jsonl(out))
 
 

@@ -56,7 +56,7 @@ def _parse_options(items: Sequence[str] | None, flag: str = "--backend-opt") -> 
     return out
 
 
-def _progress(items: Iterable[T], total: int | None, label: str, quiet: bool) -> Iterator[T]:
+def _progress(items: Iterable[T], total: int | None, label: str, quiet: bool, done: int = 0) -> Iterator[T]:
     if quiet:
         yield from items
         return
@@ -78,7 +78,7 @@ def _progress(items: Iterable[T], total: int | None, label: str, quiet: bool) ->
         console=_console(),
         transient=False,
     ) as bar:
-        task = bar.add_task(label, total=total)
+        task = bar.add_task(label, total=total, completed=done)
         for item in items:
             yield item
             bar.advance(task)
@@ -223,6 +223,11 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
     api.add_argument("--detail", choices=("low", "high", "auto"), default=None, help="image detail for OpenAI models")
 
 
+def _add_resume(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true", help="start --out over instead of keeping the records already in it")
+    p.add_argument("--retry-errors", action="store_true", help="ask again for the rows whose record in --out is an error, bypassing cached answers")
+
+
 # ---------------------------------------------------------------------------------------- score
 def _summary_table(title: str, rows: list[tuple[str, str]]) -> Any:
     from rich.table import Table
@@ -259,9 +264,88 @@ def _finish(tally: Any) -> int:
     return EXIT_BACKEND
 
 
+def _bypass_cache(judge: Any) -> Any:
+    """Within the block, answers are asked again even when cached (``--retry-errors``)."""
+    from contextlib import nullcontext
+
+    bypass = getattr(judge.backend, "bypass_reads", None)
+    return bypass() if callable(bypass) else nullcontext()
+
+
+def _resume_plan(args: argparse.Namespace, rows: Sequence[Any], key: Callable[[dict[str, Any]], Any], run: dict[str, Any]) -> Any:
+    """What is kept from ``--out`` (nothing with ``--overwrite``); a conflict is a usage error."""
+    from capjudge.io import BadRow
+    from capjudge.outfile import ResumeConflict, ResumePlan, plan_resume
+
+    if args.overwrite:
+        return ResumePlan()
+    try:
+        return plan_resume(args.out, [None if isinstance(r, BadRow) else r for r in rows], key, run, retry_errors=args.retry_errors)
+    except ResumeConflict as exc:
+        raise UsageError(str(exc)) from None
+
+
+def _run_rows(
+    args: argparse.Namespace,
+    judge: Any,
+    rows: Sequence[Any],
+    plan: Any,
+    stream: Callable[[list[Any]], Iterator[tuple[int, Any]]],
+    bad_row: Callable[[Any], Any],
+    label: str,
+) -> Iterator[Any]:
+    """Judge the rows ``plan`` does not keep and write each record to ``--out`` as it completes;
+    yields every new record (for the summary). Error records of ``plan.retry`` are asked again
+    without the cache; the file ends in input order whatever happens."""
+    from capjudge.io import BadRow
+    from capjudge.outfile import ResultsFile
+
+    todo = [pos for pos in range(len(rows)) if pos not in plan.kept]
+    retry = [pos for pos in todo if pos in plan.retry and not isinstance(rows[pos], BadRow)]
+    fresh = [pos for pos in todo if pos not in plan.retry and not isinstance(rows[pos], BadRow)]
+    bad = [pos for pos in todo if isinstance(rows[pos], BadRow)]
+    with ResultsFile(args.out, ((pos + 1, rec) for pos, rec in plan.kept.items())) as out:
+
+        def records() -> Iterator[tuple[int, Any]]:
+            for pos in bad:
+                yield pos, bad_row(rows[pos])
+            if retry:
+                with _bypass_cache(judge):
+                    for k, res in stream([rows[pos] for pos in retry]):
+                        yield retry[k], res
+            for k, res in stream([rows[pos] for pos in fresh]):
+                yield fresh[k], res
+
+        # The bar counts answers as they arrive (records kept from --out are already done).
+        for pos, res in _progress(records(), len(rows), label, args.quiet, done=len(plan.kept)):
+            out.write(pos + 1, res)
+            yield res
+
+
+def _kept_results(plan: Any, kind: Any) -> Iterator[Any]:
+    """The records kept from ``--out`` as results, for the summary (their cache flags are the
+    old run's, so they are dropped: cache hits count this run's answers)."""
+    import dataclasses
+
+    names = {f.name for f in dataclasses.fields(kind)}
+    for rec in plan.kept.values():
+        fields = {k: v for k, v in rec.items() if k in names}
+        fields["details"] = {k: v for k, v in (rec.get("details") or {}).items() if k != "cached"}
+        yield kind(**fields)
+
+
+def _resume_note(con: Any, plan: Any) -> None:
+    if plan.kept:
+        con.print(f"{len(plan.kept)} record(s) kept from the results file, not asked again.")
+    if plan.kept_errors:
+        con.print(f"[yellow]{plan.kept_errors} of them are errors; --retry-errors asks them again, bypassing cached answers.[/yellow]")
+
+
 def _cmd_score(args: argparse.Namespace) -> int:
-    from capjudge.io import BadRow, ResultWriter, read_samples
+    from capjudge.io import read_samples
+    from capjudge.outfile import score_key
     from capjudge.summary import RunTally
+    from capjudge.types import ScoreResult
 
     method = _method_with_template(args.method, args.template, args.template_file)
     if method.kind == "pairwise":
@@ -270,14 +354,14 @@ def _cmd_score(args: argparse.Namespace) -> int:
     rows = list(read_samples(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
-    good = [r for r in rows if not isinstance(r, BadRow)]
     tally = RunTally(method=method.name, smoothing=bool(method.smoothing))
     t0 = time.perf_counter()
-    with _make_judge(args, method) as judge, ResultWriter(args.out) as out:
-        scored = iter(judge.score_many(good))
-        for row in _progress(rows, len(rows), f"{method.name} on {judge.backend_spec}", args.quiet):
-            res = _bad_row_result(row, method, judge) if isinstance(row, BadRow) else next(scored)
-            out.write(res)
+    with _make_judge(args, method) as judge:
+        # What every record of this run says about how it was made (as _bad_row_result writes it).
+        plan = _resume_plan(args, rows, score_key, {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash})
+        for kept in _kept_results(plan, ScoreResult):
+            tally.add(kept)
+        for res in _run_rows(args, judge, rows, plan, judge.score_stream, lambda row: _bad_row_result(row, method, judge), f"{method.name} on {judge.backend_spec}"):
             tally.add(res)
         usage = _usage_rows(judge)
     if not args.quiet:
@@ -286,6 +370,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
             ("method", method.name),
             ("backend", judge.backend_spec),
             *tally.score_rows(),
+            ("kept from --out", str(len(plan.kept))),
             ("seconds", f"{time.perf_counter() - t0:.1f}"),
             ("results", str(args.out)),
             *usage,
@@ -293,12 +378,15 @@ def _cmd_score(args: argparse.Namespace) -> int:
         con.print(_summary_table("capjudge score", rows_out))
         if tally.failed:
             con.print(f"[yellow]{tally.failed} sample(s) failed; their records have status \"error\" and say why.[/yellow]")
+        _resume_note(con, plan)
     return _finish(tally)
 
 
 # -------------------------------------------------------------------------------------- compare
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from capjudge.io import BadRow, ResultWriter, read_pairs
+    from capjudge.io import read_pairs
+    from capjudge.judges.pairwise import _pair_result
+    from capjudge.outfile import pair_key
     from capjudge.summary import RunTally
     from capjudge.types import PairResult
 
@@ -310,21 +398,27 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     rows = list(read_pairs(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
-    good = [r for r in rows if not isinstance(r, BadRow)]
     tally = RunTally(method=method.name)
     t0 = time.perf_counter()
-    with _make_judge(args, method) as judge, ResultWriter(args.out) as out:
-        results = iter(judge.compare_many(good, mode=mode))
-        for row in _progress(rows, len(rows), f"compare with {method.name}", args.quiet):
-            if isinstance(row, BadRow):
-                res = PairResult(image="", caption_a="", caption_b="", verdict=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash="", status="error", error=row.error, id=str(row.line))
-            else:
-                res = next(results)
-            out.write(res)
+    with _make_judge(args, method) as judge:
+        resolved: Any = mode or ("pairwise" if method.kind == "pairwise" else "grading")
+        probe = _pair_result(judge, 0, None, None, resolved, verdict=None)
+        plan = _resume_plan(args, rows, pair_key, {"method": probe.method, "backend": probe.backend, "template_hash": probe.template_hash, "mode": probe.mode})
+
+        def bad_row(row: Any) -> PairResult:
+            return PairResult(image="", caption_a="", caption_b="", verdict=None, method=probe.method, backend=judge.backend_spec, model=judge.backend.model, template_hash=probe.template_hash, mode=probe.mode, status="error", error=row.error, id=str(row.line))
+
+        def stream(pairs: list[Any]) -> Iterator[tuple[int, Any]]:
+            return judge.compare_stream(pairs, mode=mode)  # type: ignore[no-any-return]
+
+        for kept in _kept_results(plan, PairResult):
+            tally.add(kept)
+        for res in _run_rows(args, judge, rows, plan, stream, bad_row, f"compare with {method.name}"):
             tally.add(res)
         usage = _usage_rows(judge)
     if not args.quiet:
-        _console(stderr=False).print(
+        con = _console(stderr=False)
+        con.print(
             _summary_table(
                 "capjudge compare",
                 [
@@ -335,12 +429,14 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                     ("tie", str(tally.verdicts["tie"])),
                     *tally.failure_rows(),
                     ("cache hits", str(tally.cached)),
+                    ("kept from --out", str(len(plan.kept))),
                     ("seconds", f"{time.perf_counter() - t0:.1f}"),
                     ("results", str(args.out)),
                     *usage,
                 ],
             )
         )
+        _resume_note(con, plan)
     return _finish(tally)
 
 
@@ -484,6 +580,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_common(p)
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption[, references, id]")
     p.add_argument("--out", required=True, help="results JSONL (one record per input row)")
+    _add_resume(p)
     p.set_defaults(func=_cmd_score)
 
     p = sub.add_parser("compare", help="A/B comparison of caption pairs (dual-sided or by grading)", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -491,6 +588,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption_a, caption_b[, id]")
     p.add_argument("--out", required=True, help="results JSONL")
     p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: ask both orders and vote (the GPT-4V evaluator paper); grading: higher single score wins; auto: by method")
+    _add_resume(p)
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("explain", help="score and ask the judge why (FLEUR's follow-up)")

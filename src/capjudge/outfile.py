@@ -1,0 +1,190 @@
+"""The ``--out`` file of a ``capjudge score`` or ``compare`` run: durable as answers arrive, in input
+order when the run ends, and the starting point of a re-run.
+
+- Each record is appended and flushed as soon as its answer is parsed (completion order), with
+  ``row``: its 1-based position in the input. A run that is killed keeps every answered record.
+- When the run ends (also on an error or Ctrl-C), the file is rewritten in ``row`` order
+  (a temporary file, then an atomic rename).
+- A re-run with the same ``--out`` keeps the records already there (:func:`plan_resume`) and asks
+  only for the rest, with or without the response cache: rows with no record, and rows whose error
+  record says the backend failed (``details.resumable``: server gone, retries exhausted, budget).
+
+A record is matched to an input row by what the row says: ``id``, ``image``, ``caption`` and
+``references`` (pairs: ``id``, ``image``, ``caption_a``, ``caption_b``); ids default to the row
+number. The run must be the same run: a file written with another method, template, backend or
+comparison mode, or holding scored records for rows that are no longer in the input, is refused
+(:class:`ResumeConflict`) rather than mixed or silently cut; ``--overwrite`` starts it over.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from capjudge.types import PairResult, ScoreResult
+
+Key = tuple[Any, ...]
+
+
+class ResumeConflict(ValueError):
+    """``--out`` holds results that this run cannot continue (another method, backend, input)."""
+
+
+def score_key(item: dict[str, Any]) -> Key:
+    """How a scoring row and its record are matched: id, image, caption, references."""
+    refs = item.get("references") or ()
+    return ("score", str(item.get("id")), str(item.get("image")), str(item.get("caption")), tuple(str(r) for r in refs))
+
+
+def pair_key(item: dict[str, Any]) -> Key:
+    """How a pairs row and its record are matched: id, image, caption_a, caption_b."""
+    return ("pair", str(item.get("id")), str(item.get("image")), str(item.get("caption_a")), str(item.get("caption_b")))
+
+
+@dataclass
+class ResumePlan:
+    """What a re-run does with the records already in ``--out``.
+
+    ``kept``: input position -> record kept as it is (not asked again); ``retry``: positions whose
+    error record is asked again bypassing the cache (``--retry-errors``); rows whose error record
+    says ``resumable`` (the backend failed, not the sample) are in neither and asked again;
+    ``dropped``: error records that match no input row (a row since fixed or removed).
+    """
+
+    kept: dict[int, dict[str, Any]] = field(default_factory=dict)
+    retry: set[int] = field(default_factory=set)
+    dropped: int = 0
+
+    @property
+    def kept_errors(self) -> int:
+        """Error records kept as they are (``--retry-errors`` asks them again)."""
+        return sum(1 for r in self.kept.values() if r.get("status") != "ok")
+
+
+def read_records(path: str | Path) -> list[dict[str, Any]]:
+    """The JSON-object lines of a results file (a half-written last line, from a kill, is skipped)."""
+    out: list[dict[str, Any]] = []
+    with Path(path).open(encoding="utf-8") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(rec, dict):
+                out.append(rec)
+    return out
+
+
+def plan_resume(
+    path: str | Path,
+    rows: Sequence[dict[str, Any] | None],
+    key: Callable[[dict[str, Any]], Key],
+    run: dict[str, Any],
+    *,
+    retry_errors: bool = False,
+) -> ResumePlan:
+    """Match the records of ``path`` to ``rows`` (``None`` for unreadable rows, always redone).
+
+    ``run`` holds the fields every record of this run carries (method, backend, template_hash,
+    ...); a record that differs is a :class:`ResumeConflict`, as is a scored record that matches no
+    row. Nothing to resume when the file does not exist or is empty.
+    """
+    plan = ResumePlan()
+    p = Path(path)
+    if not p.is_file():
+        return plan
+    records = read_records(p)
+    for rec in records:
+        differs = {k: rec.get(k) for k, v in run.items() if rec.get(k) != v}
+        if differs:
+            shown = ", ".join(f"{k} {rec.get(k)!r} (this run: {run[k]!r})" for k in differs)
+            raise ResumeConflict(
+                f"{p} holds results of another run: {shown}. Continue that run with its own options, "
+                "write to another --out, or pass --overwrite to start this file over"
+            )
+    by_key: dict[Key, list[dict[str, Any]]] = {}
+    for rec in records:
+        by_key.setdefault(key(rec), []).append(rec)
+    for pos, row in enumerate(rows):
+        if row is None:
+            continue
+        matches = by_key.get(key(row))
+        if not matches:
+            continue
+        rec = matches.pop(0)
+        if rec.get("status") == "ok":
+            plan.kept[pos] = rec
+        elif retry_errors:
+            plan.retry.add(pos)
+        elif not (rec.get("details") or {}).get("resumable"):
+            plan.kept[pos] = rec
+        # else: a backend failure (server gone, retries exhausted, budget spent): asked again
+    leftovers = [r for recs in by_key.values() for r in recs]
+    scored = [r for r in leftovers if r.get("status") == "ok"]
+    if scored:
+        first = scored[0]
+        raise ResumeConflict(
+            f"{p} holds {len(scored)} result(s) for rows that are not in this input (first: id {first.get('id')!r}, "
+            f"image {first.get('image')!r}); write to another --out, or pass --overwrite to start this file over"
+        )
+    plan.dropped = len(leftovers)
+    return plan
+
+
+class ResultsFile:
+    """Appends records as they complete (flushed, each with its 1-based input ``row``) and, on
+    :meth:`close`, rewrites the file in row order through a temporary file and an atomic rename.
+
+    ``kept`` records (from a previous run) are written first, replacing the old file atomically.
+    """
+
+    def __init__(self, path: str | Path, kept: Iterable[tuple[int, dict[str, Any]]] = ()) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._rewrite(sorted(((row, dict(rec, row=row)) for row, rec in kept), key=lambda t: t[0]))
+        self._fh: IO[str] | None = self.path.open("a", encoding="utf-8")
+        self.written = 0
+
+    def write(self, row: int, result: ScoreResult | PairResult | dict[str, Any]) -> None:
+        """Append one record for input row ``row`` (1-based) and flush it to the OS."""
+        assert self._fh is not None, "the results file is closed"
+        record = dict(result if isinstance(result, dict) else result.to_dict())
+        record["row"] = row
+        self._fh.write(json.dumps(record, ensure_ascii=False, default=float) + "\n")
+        self._fh.flush()
+        self.written += 1
+
+    def _rewrite(self, records: Sequence[tuple[int, dict[str, Any]]]) -> None:
+        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                for _, rec in records:
+                    fh.write(json.dumps(rec, ensure_ascii=False, default=float) + "\n")
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def close(self) -> None:
+        """Close the file and put its records in input row order (atomically)."""
+        if self._fh is None:
+            return
+        self._fh.close()
+        self._fh = None
+        records = read_records(self.path)
+        self._rewrite(sorted(((int(r.get("row") or 0), r) for r in records), key=lambda t: t[0]))
+
+    def __enter__(self) -> ResultsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
