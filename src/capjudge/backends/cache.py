@@ -212,9 +212,11 @@ class CachedBackend(Backend):
             except BaseException as exc:  # noqa: BLE001 - cancelled or broken: the request's error
                 out = exc
             self._store(key, out)
-            outer.set_result(out)
+            if not outer.cancelled():
+                outer.set_result(out)
 
         inner.add_done_callback(lambda fut: self._writer_pool().submit(store_then_finish, fut))
+        outer.add_done_callback(lambda fut: inner.cancel() if fut.cancelled() else None)  # caller gave up
         return outer
 
     def _writer_pool(self) -> concurrent.futures.ThreadPoolExecutor:

@@ -208,13 +208,20 @@ def in_input_order(stream: Iterator[tuple[int, R]], first: int = 0) -> Iterator[
     and every result before it are there (the stream keeps being read meanwhile)."""
     pending: dict[int, R] = {}
     nxt = first
-    for index, result in stream:
-        pending[index] = result
-        while nxt in pending:
-            yield pending.pop(nxt)
-            nxt += 1
+    try:
+        for index, result in stream:
+            pending[index] = result
+            while nxt in pending:
+                yield pending.pop(nxt)
+                nxt += 1
+    except Exception:
+        # The stream failed after finishing what it had started (a broken input): the results
+        # held behind an index that never came are not lost.
+        for index in sorted(pending):
+            yield pending.pop(index)
+        raise
     for index in sorted(pending):  # indices the stream skipped: never expected, never lost
-        yield pending[index]
+        yield pending.pop(index)
 
 
 def batched(items: Sequence[T] | Iterator[T], size: int) -> Iterator[list[T]]:
