@@ -614,3 +614,14 @@ def test_judging_through_the_local_server(judge_cls, server: str, images) -> Non
     _check_scores(visce2, smoothed=False, low=0.0, high=100.0)
     pair = judge_cls("fleur", spec, **opts).compare(images[0], "a red car on the street", "a dog on the grass")
     assert pair.status == "ok" and pair.verdict in {"A", "B", "tie"}
+
+
+def test_lazy_spec_checks_files_and_knows_the_identity_without_loading(backend: LlamaCppBackend, tiny: tuple[Path, Path], tmp_path: Path) -> None:
+    from capjudge.backends.lazy import LazyBackend
+
+    model, mmproj = tiny
+    lazy = load_backend(f"llamacpp:{model}?mmproj={mmproj}&n_ctx=2048&n_threads=2", lazy=True)
+    assert isinstance(lazy, LazyBackend) and not lazy.loaded
+    assert lazy.identity() == backend.identity() and lazy.spec == backend.spec and lazy.model == backend.model
+    with pytest.raises(FileNotFoundError, match="nope.gguf"):
+        load_backend(f"llamacpp:{tmp_path / 'nope.gguf'}", lazy=True)
