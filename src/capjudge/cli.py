@@ -692,7 +692,7 @@ def _run(args: argparse.Namespace) -> int:
         _error("backend error", exc)
         return EXIT_FAIL
     except KeyboardInterrupt:
-        print("capjudge: interrupted: results written so far are kept; re-run to resume from the cache", file=sys.stderr)
+        print("capjudge: interrupted: results written so far are kept; run the same command again to resume", file=sys.stderr)
         return EXIT_INTERRUPTED
     except Exception as exc:  # noqa: BLE001 - a bug: still no secret in the traceback
         import traceback
