@@ -173,3 +173,25 @@ def test_compare_writes_as_it_goes_and_resumes(tmp_path: Path) -> None:
     final = read_jsonl(out)
     assert [r["row"] for r in final] == [1, 2] and final[0] == first[0]
     assert all(r["verdict"] == "tie" for r in final)
+
+
+def test_rows_that_failed_for_backend_reasons_are_asked_again_on_a_rerun(tmp_path: Path) -> None:
+    from openai_fake_server import error_body
+
+    state = {"down": True}
+
+    def respond(req: Received) -> Reply:
+        if state["down"]:
+            return Reply(status=503, body=error_body("overloaded", type_="server_error"))
+        return default_responder(req)
+
+    inp, out = write_input(tmp_path, 4), tmp_path / "out.jsonl"
+    with running_server(responder=respond) as srv:
+        args = score_args(srv.base_url, inp, out, "--no-cache")
+        assert main(args) == 3
+        first = read_jsonl(out)
+        assert all(r["status"] == "error" and r["details"].get("resumable") for r in first)
+        state["down"] = False
+        asked = srv.count
+        assert main(args) == 0 and srv.count - asked == 4  # "re-run the same command to resume"
+    assert [r["status"] for r in read_jsonl(out)] == ["ok"] * 4

@@ -34,9 +34,9 @@ def test_server_that_drops_logprobs_is_warned_about_loudly(tmp_path: Path, capsy
     captured = capsys.readouterr()
     assert "smoothed" in captured.out and "raw (not smoothed)" in captured.out
     assert f"returned no log-probabilities for {len(res)} of {len(res)}" in captured.err and "WARNING" in captured.err
-    # --quiet drops the table, never the warning.
+    # --quiet drops the table, never the warning (a new server: --out starts over).
     with running_server(drop_logprobs=True) as srv:
-        assert main(fleur_run(tmp_path, srv.base_url, "--quiet")) == 0
+        assert main(fleur_run(tmp_path, srv.base_url, "--quiet", "--overwrite")) == 0
     captured = capsys.readouterr()
     assert captured.out == "" and "WARNING" in captured.err
 
