@@ -1,5 +1,5 @@
 """The ``*-code`` methods run what the official code ran; the paper methods differ only where the
-README's "Differences from the official code" table says so.
+"Differences from the official code" table in docs/methods.md says so.
 
 The official strings below are facts quoted from the official repositories at fixed commits:
 - Silviase/VisCE2 @ f08b2e15512c21151c01f406cdfa89069a54f0a7: prompts/*.txt (no final newline),
@@ -432,7 +432,7 @@ def test_readme_lists_where_the_two_fleur_readers_differ_on_the_corpus() -> None
         code = code if code is not None and 0 <= code <= 1 else None
         if (ours is None) != (code is None) or (ours is not None and code is not None and abs(ours - code) > 1e-12):
             differ.append(r["text"])
-    readme = (root / "README.md").read_text(encoding="utf-8")
+    readme = (root / "docs" / "methods.md").read_text(encoding="utf-8")
     assert f"{len(differ)} differ" in readme
     for text in differ:
         assert f"| `{text}` |" in readme, text
