@@ -133,7 +133,7 @@ def _parsed(i: int, item: Any) -> tuple[Pair | None, str | None]:
 
 
 def _graded(judge: Judge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
-    """Both captions scored by the judge's method; the higher score wins (seed 003)."""
+    """Both captions scored by the judge's method; the higher score wins (the GPT-4V evaluator paper)."""
     ready: deque[tuple[int, PairResult]] = deque()  # malformed pairs, answered without the backend
     sides: list[tuple[int, int]] = []  # sample position -> (pair index, 0 for A / 1 for B)
     open_pairs: dict[int, tuple[Pair, Any, list[ScoreResult | None]]] = {}
