@@ -1,4 +1,4 @@
-"""The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, agree, cache, probe.
+"""The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, agree, cache, probe, html.
 
 Exit codes (:data:`EXIT_CODES_HELP`): 0 the run completed, also with per-sample errors (records in
 the results file, counted in the summary); 3 samples failed for backend reasons (server gone,
@@ -616,6 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("capjudge.metaeval.agree_commands", "register"),
         ("capjudge.backends.cache", "register_cli"),
         ("capjudge.probes.commands", "register"),
+        ("capjudge.report.commands", "register"),
     ):
         _register_optional(sub, module, func)
     return parser

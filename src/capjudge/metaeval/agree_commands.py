@@ -11,6 +11,8 @@ import json
 import sys
 from typing import Any
 
+from capjudge.report.commands import add_html_option
+
 
 def register(subparsers: Any) -> None:
     """Add ``agree`` to an argparse subparsers object."""
@@ -28,19 +30,23 @@ def register(subparsers: Any) -> None:
     p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or one JSON object on the last line")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples for 95%% CIs (default 1000; 0: none)")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed (default 0)")
+    add_html_option(p, images=True)
     p.set_defaults(func=cmd_agree)
 
 
 def cmd_agree(args: argparse.Namespace) -> int:
     """``capjudge agree``: print the agreement report."""
     from capjudge.metaeval.agree import AgreeInputError, agree
+    from capjudge.preflight import PreflightError
+    from capjudge.report.commands import check_html
 
     if len(args.results) < 2:
         print("capjudge: error: agree needs two or more results files", file=sys.stderr)
         return 2
     try:
+        check_html(args.html, args.results)
         report = agree(args.results, args.names, bootstrap=max(0, args.bootstrap), seed=args.seed)
-    except AgreeInputError as exc:
+    except (AgreeInputError, PreflightError) as exc:
         print(f"capjudge: error: {exc}", file=sys.stderr)
         return 2
     if args.format == "json":
@@ -51,4 +57,9 @@ def cmd_agree(args: argparse.Namespace) -> int:
         from capjudge.metaeval.agree_report import render
 
         render(report, Console(highlight=False))
+    if args.html:
+        from capjudge.report.commands import command_line, emit
+        from capjudge.report.pages import agree_page
+
+        emit(args.html, lambda: agree_page(report, args.results, images=args.html_images, command=command_line()))
     return 0 if report.ok else 1

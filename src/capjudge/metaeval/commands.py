@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 # Only light modules at the top: building the parser (`capjudge --help`) must not import numpy or
 # scipy; the handlers import the statistics when they run.
 from capjudge.metaeval.datasets import DATASET_NAMES, Benchmark, DatasetError, load_dataset
+from capjudge.report.commands import add_html_option
 
 if TYPE_CHECKING:
     from capjudge.metaeval.protocols import MetaEval
@@ -46,6 +47,7 @@ def register(subparsers: Any) -> None:
     _add_eval_options(p)
     p.add_argument("--scores", required=True, metavar="RESULTS.jsonl", help="results file of capjudge score/compare")
     p.add_argument("--plot", metavar="OUT.png", help="write the row-normalised heatmap of human rating vs judge score")
+    add_html_option(p, images=True)
     p.set_defaults(func=cmd_meta_eval)
 
     p = subparsers.add_parser(
@@ -62,6 +64,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--cache-dir", metavar="D", help="response cache; a re-run answers from it")
     p.add_argument("--no-cache", action="store_true", help="neither read nor write the response cache")
     p.add_argument("--plot", metavar="OUT.png", help="write the heatmap")
+    add_html_option(p)
     p.set_defaults(func=cmd_run_benchmark)
 
     p = subparsers.add_parser(
@@ -73,6 +76,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--scores", required=True, nargs="+", metavar="RESULTS.jsonl", help="one or more results files")
     p.add_argument("--names", nargs="+", metavar="NAME", help="row names, one per results file (default: method @ backend)")
     p.add_argument("--markdown", metavar="OUT.md", help="also write the table as Markdown")
+    add_html_option(p, images=True)
     p.set_defaults(func=cmd_report)
 
 
@@ -130,17 +134,39 @@ def _emit(ev: MetaEval, args: argparse.Namespace) -> int:
         print(json.dumps(ev.to_dict(), ensure_ascii=False))
     else:
         print(format_table(ev))
+    _html(args, [ev])
     return 0 if ev.ok else 1
+
+
+def _check_html(args: argparse.Namespace, inputs: Sequence[str]) -> None:
+    """Before the work: ``--html`` can be written and is no input (raises PreflightError)."""
+    from capjudge.report.commands import check_html
+
+    check_html(getattr(args, "html", None), inputs)
+
+
+def _html(args: argparse.Namespace, evals: Sequence[MetaEval], names: Sequence[str] | None = None) -> None:
+    """Write the ``--html`` report (measures, heatmaps, every results file's samples)."""
+    if not getattr(args, "html", None):
+        return
+    from capjudge.report.commands import command_line, emit
+    from capjudge.report.pages import metaeval_page
+
+    images = getattr(args, "html_images", None) or getattr(args, "images", None)
+    emit(args.html, lambda: metaeval_page(evals, names=names, images=images, command=command_line()), quiet=getattr(args, "quiet", False))
 
 
 # ------------------------------------------------------------------------------------ handlers
 def cmd_meta_eval(args: argparse.Namespace) -> int:
     """``capjudge meta-eval``: print the benchmark's measures for one results file."""
+    from capjudge.preflight import PreflightError
+
     try:
+        _check_html(args, [args.scores, args.human])
         bench = _load_bench(args)
         with _bootstrap_bars([args.scores], args.bootstrap, args.quiet) as bar:
             ev = _evaluate_file(bench, args.scores, args, bar(0))
-    except (DatasetError, FileNotFoundError, OSError) as exc:
+    except (DatasetError, FileNotFoundError, OSError, PreflightError) as exc:
         return _err(str(exc))
     return _emit(ev, args)
 
@@ -183,6 +209,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
 
     try:  # everything that can be checked before the model loads (minutes for a 13B model)
         check_output(args.out, inputs=[args.human])
+        _check_html(args, [args.human, args.out])
         check_backend(args.backend, {})
         kind = get_method(args.method).kind
     except (PreflightError, UnknownMethodError) as exc:
@@ -248,11 +275,14 @@ def cmd_report(args: argparse.Namespace) -> int:
     names = args.names
     if names and len(names) != len(args.scores):
         return _err(f"--names gives {len(names)} names for {len(args.scores)} results files")
+    from capjudge.preflight import PreflightError
+
     try:
+        _check_html(args, [*args.scores, args.human])
         bench = _load_bench(args)
         with _bootstrap_bars(args.scores, args.bootstrap, args.quiet) as bar:
             evals = [_evaluate_file(bench, path, args, bar(i)) for i, path in enumerate(args.scores)]
-    except (DatasetError, FileNotFoundError, OSError) as exc:
+    except (DatasetError, FileNotFoundError, OSError, PreflightError) as exc:
         return _err(str(exc))
     labels = unique_labels(evals, names)
     if args.format == "json":
@@ -270,4 +300,5 @@ def cmd_report(args: argparse.Namespace) -> int:
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         Path(args.markdown).write_text(comparison_markdown(evals, names), encoding="utf-8")
+    _html(args, evals, names)
     return 0 if any(ev.ok for ev in evals) else 1

@@ -29,6 +29,7 @@ from capjudge.probes.perturbations import (
     UnknownPerturbationError,
     resolve_kinds,
 )
+from capjudge.report.commands import add_html_option
 
 if TYPE_CHECKING:
     from capjudge.probes.choose_one import ChoiceGroup
@@ -56,6 +57,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--out-json", default=None, metavar="F", help="write the report as JSON")
     p.add_argument("--markdown", default=None, metavar="F", help="write the report as a Markdown table")
     p.add_argument("--plot", default=None, metavar="F.png", help="write a bar chart")
+    add_html_option(p)
     p.set_defaults(func=cmd_probe)
 
     p = subparsers.add_parser(
@@ -114,7 +116,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     kinds = _kinds(args.kinds)
     method = _method_with_template(args.method, args.template, args.template_file)
     other = get_method(args.compare_method) if args.compare_method else None
-    _preflight(args, inputs=[(args.captions, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot)])
+    _preflight(args, inputs=[(args.captions, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot), ("--html", args.html)])
     samples, bad = _read_captions(args.captions, args.limit)
     if not samples:
         raise UsageError(f"{args.captions}: no usable caption rows")
@@ -128,7 +130,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         text = probe_markdown(report)
         data = report.to_dict()
         data["bad_rows"] = bad
-        second = None
+        second = cmp = None
         if other is not None:
             judge2 = Judge(other, judge.backend, system="auto" if args.system == "auto" else judge.system, images_root=args.images, batch_size=args.batch_size)
             second = run_probe(judge2, samples, kinds=kinds, seed=args.seed, pairwise=args.pairwise, canary=args.canary, target=args.target, writer=writer)
@@ -148,6 +150,12 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if second is not None:
             p = Path(args.plot)
             probe_plot(second, p.with_name(f"{p.stem}-{second.method}{p.suffix or '.png'}"))
+    if args.html:
+        from capjudge.report.commands import command_line, emit
+        from capjudge.report.pages import probe_page
+
+        reports = [report] if second is None else [report, second]
+        emit(args.html, lambda: probe_page(reports, comparison=cmp, images=args.images, command=command_line()), quiet=args.quiet)
     if not args.quiet:
         print(text)
         if bad:

@@ -1,0 +1,326 @@
+"""Results files (JSONL of ``capjudge score`` / ``compare`` / ``probe --out``) as report sections:
+a summary (method, backend, counts, mean score, smoothed vs raw) and a sample table.
+
+Reading is stricter than :func:`capjudge.io.read_results`: a file that does not exist, cannot be
+read, or holds no result record at all (an input file or a CSV given by mistake) is a
+:class:`ReportInputError` naming the file and the cause; a few unreadable lines in an otherwise
+good file are counted and quoted in the section's notes instead.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capjudge.io import InputFormatError
+from capjudge.report.model import Column, SampleTable, Section
+from capjudge.report.thumbs import ThumbCache
+
+DEFAULT_MAX_ROWS = 5000
+
+
+class ReportInputError(InputFormatError):
+    """A results file the report cannot use; the message names the file and the cause."""
+
+
+@dataclass
+class ResultsFile:
+    """The records of one results file, with the lines that could not be read."""
+
+    path: str
+    records: list[tuple[int, dict[str, Any]]]  # (line number, record)
+    bad_lines: list[str] = field(default_factory=list)
+
+
+def is_pair(record: dict[str, Any]) -> bool:
+    """A pairwise record (``capjudge compare``) rather than a score record."""
+    return "verdict" in record or "caption_a" in record
+
+
+def _is_result(record: dict[str, Any]) -> bool:
+    return is_pair(record) or "score" in record or "status" in record
+
+
+def load_results_file(path: str | Path) -> ResultsFile:
+    """Read a results JSONL file; raises :class:`ReportInputError` when it is missing, unreadable
+    or holds no result record."""
+    p = Path(path)
+    if not p.exists():
+        raise ReportInputError(f"results file {str(p)!r} not found")
+    if not p.is_file():
+        raise ReportInputError(f"results file {str(p)!r} is not a file")
+    out = ResultsFile(str(p), [])
+    try:
+        with p.open(encoding="utf-8") as fh:
+            for i, line in enumerate(fh, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    rec = json.loads(line)
+                except json.JSONDecodeError as exc:
+                    out.bad_lines.append(f"line {i}: not valid JSON ({exc.msg})")
+                    continue
+                if not isinstance(rec, dict):
+                    out.bad_lines.append(f"line {i}: not a JSON object")
+                elif not _is_result(rec):
+                    out.bad_lines.append(f"line {i}: not a result record (no score, verdict or status)")
+                else:
+                    out.records.append((i, rec))
+    except UnicodeDecodeError as exc:
+        raise ReportInputError(f"results file {str(p)!r} is not UTF-8 text (byte {exc.start}): not a JSONL results file") from None
+    except OSError as exc:
+        raise ReportInputError(f"results file {str(p)!r} cannot be read: {exc.strerror or exc}") from None
+    if not out.records:
+        why = out.bad_lines[0] if out.bad_lines else "the file is empty"
+        raise ReportInputError(f"results file {str(p)!r} holds no result records ({why}): expected the JSONL written by capjudge score, compare or probe --out")
+    return out
+
+
+# ------------------------------------------------------------------------------------- helpers
+def num(v: Any) -> float | None:
+    """A finite float, or ``None``."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return None
+    f = float(v)
+    return f if math.isfinite(f) else None
+
+
+def fmt_num(v: Any, digits: int = 4) -> str:
+    """A number as written in tables (``digits`` significant digits), ``-`` when missing."""
+    f = num(v)
+    return "-" if f is None else f"{f:.{digits}g}"
+
+
+def _text(v: Any) -> str:
+    if v is None:
+        return ""
+    if isinstance(v, str):
+        return v
+    return json.dumps(v, ensure_ascii=False)
+
+
+def _status(rec: dict[str, Any], has_value: bool) -> str:
+    status = rec.get("status")
+    if status in ("ok", "error"):
+        return str(status)
+    return "ok" if has_value else "error"
+
+
+def _counted(counter: Counter[str]) -> str:
+    if not counter:
+        return "-"
+    if len(counter) == 1:
+        return next(iter(counter))
+    return ", ".join(f"{k} ({n})" for k, n in counter.most_common())
+
+
+def _image_cell(thumbs: ThumbCache, image: Any) -> dict[str, Any]:
+    cls, thumb = thumbs.get(str(image) if image is not None else "")
+    return {"cls": cls if thumb.uri else None, "label": thumb.label, "error": thumb.error}
+
+
+# ------------------------------------------------------------------------------------- scores
+SCORE_COLUMNS = [
+    Column("line", "#", "num", "line of the results file"),
+    Column("id", "id"),
+    Column("image", "image", "image"),
+    Column("caption", "caption"),
+    Column("score", "score", "num", "the judge's score on the method's scale (smoothed where the method smooths)"),
+    Column("raw_score", "raw score", "num", "the number the judge wrote"),
+    Column("smoothed", "smoothed"),
+    Column("status", "status", "status"),
+    Column("raw", "raw answer", "long"),
+    Column("explanation", "explanation", "long"),
+    Column("error", "error", "long"),
+]
+
+
+def score_row(line: int, rec: dict[str, Any], thumbs: ThumbCache) -> dict[str, Any]:
+    """The table row of a score record."""
+    score = num(rec.get("score"))
+    status = _status(rec, score is not None)
+    details = rec.get("details") if isinstance(rec.get("details"), dict) else {}
+    probe = details.get("probe") if isinstance(details, dict) else None
+    row: dict[str, Any] = {
+        "_status": status,
+        "line": line,
+        "id": _text(rec.get("id")),
+        "image": _image_cell(thumbs, rec.get("image")),
+        "caption": _text(rec.get("caption")),
+        "score": score,
+        "raw_score": num(rec.get("raw_score")),
+        "smoothed": "" if score is None else ("yes" if rec.get("smoothed") else "no"),
+        "status": status,
+        "raw": _text(rec.get("raw")),
+        "explanation": _text(rec.get("explanation")),
+        "error": _text(rec.get("error")),
+        "references": [str(r) for r in rec.get("references") or [] if r is not None] if isinstance(rec.get("references"), list) else [],
+        "method": f"{rec.get('method') or '?'} @ {rec.get('backend') or '?'}",
+    }
+    if isinstance(probe, dict):
+        row["probe"] = str(probe.get("kind") or "")
+        row["probe_of"] = str(probe.get("of") or "")
+    return row
+
+
+def score_columns(rows: Sequence[dict[str, Any]]) -> list[Column]:
+    """The score table's columns: optional ones only when some row fills them."""
+    cols = list(SCORE_COLUMNS)
+    at = cols.index(next(c for c in cols if c.key == "caption")) + 1
+    if any(r.get("references") for r in rows):
+        cols.insert(at, Column("references", "references", "list"))
+    if any("probe" in r for r in rows):
+        cols[2:2] = [Column("probe_of", "probe of", title="the id of the original caption"), Column("probe", "perturbation")]
+    if len({r["method"] for r in rows}) > 1:
+        cols.insert(2, Column("method", "judge"))
+    for key in ("explanation", "raw_score"):
+        if not any(r.get(key) not in (None, "") for r in rows):
+            cols = [c for c in cols if c.key != key]
+    return cols
+
+
+def score_facts(recs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Summary of score records: judge, counts, mean score per scale, smoothed vs raw."""
+    ok = [r for r in recs if num(r.get("score")) is not None and r.get("status", "ok") == "ok"]
+    facts = [
+        ("method", _counted(Counter(str(r.get("method") or "?") for r in recs))),
+        ("backend", _counted(Counter(str(r.get("backend") or "?") for r in recs))),
+        ("records", str(len(recs))),
+        ("scored", str(len(ok))),
+        ("failed", str(len(recs) - len(ok))),
+    ]
+    by_scale: dict[str, list[float]] = {}
+    for r in ok:
+        scale = r.get("scale")
+        key = f"{scale[0]:g}-{scale[1]:g}" if isinstance(scale, list) and len(scale) == 2 and all(num(s) is not None for s in scale) else "?"
+        by_scale.setdefault(key, []).append(float(r["score"]))
+    for key, values in by_scale.items():
+        label = "mean score" + (f" (scale {key})" if key != "?" else "")
+        facts.append((label, f"{sum(values) / len(values):.4g}  (min {min(values):.4g}, max {max(values):.4g})"))
+    smoothed = sum(bool(r.get("smoothed")) for r in ok)
+    if any("smoothed" in r for r in ok):
+        facts.append(("smoothed / raw scores", f"{smoothed} / {len(ok) - smoothed}"))
+    cached = sum(bool((r.get("details") or {}).get("cached")) for r in recs if isinstance(r.get("details"), dict))
+    facts.append(("cache hits", str(cached)))
+    return facts
+
+
+# -------------------------------------------------------------------------------------- pairs
+PAIR_COLUMNS = [
+    Column("line", "#", "num", "line of the results file"),
+    Column("id", "id"),
+    Column("image", "image", "image"),
+    Column("caption_a", "caption A"),
+    Column("caption_b", "caption B"),
+    Column("verdict", "verdict", title="A: caption A better, B: caption B better"),
+    Column("votes", "votes", title="each order's verdict, mapped back to A/B"),
+    Column("score_a", "score A", "num"),
+    Column("score_b", "score B", "num"),
+    Column("status", "status", "status"),
+    Column("raw", "raw answers", "list"),
+    Column("error", "error", "long"),
+]
+
+
+def pair_row(line: int, rec: dict[str, Any], thumbs: ThumbCache) -> dict[str, Any]:
+    """The table row of a pairwise record."""
+    verdict = rec.get("verdict")
+    status = _status(rec, verdict is not None)
+    given = rec.get("scores")
+    scores: list[Any] = list(given) if isinstance(given, list) else []
+    scores += [None] * (2 - len(scores))
+    given_votes = rec.get("votes")
+    votes: list[Any] = given_votes if isinstance(given_votes, list) else []
+    raw = rec.get("raw")
+    return {
+        "_status": status,
+        "line": line,
+        "id": _text(rec.get("id")),
+        "image": _image_cell(thumbs, rec.get("image")),
+        "caption_a": _text(rec.get("caption_a")),
+        "caption_b": _text(rec.get("caption_b")),
+        "verdict": _text(verdict),
+        "votes": ", ".join("-" if v is None else str(v) for v in votes),
+        "score_a": num(scores[0]),
+        "score_b": num(scores[1]),
+        "status": status,
+        "raw": [_text(x) for x in raw] if isinstance(raw, list) else ([_text(raw)] if raw else []),
+        "error": _text(rec.get("error")),
+        "method": f"{rec.get('method') or '?'} @ {rec.get('backend') or '?'}",
+    }
+
+
+def pair_columns(rows: Sequence[dict[str, Any]]) -> list[Column]:
+    """The pair table's columns (score columns only for comparisons by grading)."""
+    cols = list(PAIR_COLUMNS)
+    if not any(r["score_a"] is not None or r["score_b"] is not None for r in rows):
+        cols = [c for c in cols if c.key not in ("score_a", "score_b")]
+    if len({r["method"] for r in rows}) > 1:
+        cols.insert(2, Column("method", "judge"))
+    return cols
+
+
+def pair_facts(recs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """Summary of pairwise records: judge, mode, verdict counts."""
+    verdicts = Counter(str(r.get("verdict")) for r in recs if r.get("verdict") is not None and r.get("status", "ok") == "ok")
+    decided = sum(verdicts.values())
+    return [
+        ("method", _counted(Counter(str(r.get("method") or "?") for r in recs))),
+        ("backend", _counted(Counter(str(r.get("backend") or "?") for r in recs))),
+        ("mode", _counted(Counter(str(r.get("mode") or "?") for r in recs))),
+        ("records", str(len(recs))),
+        ("A better / B better / tie", f"{verdicts['A']} / {verdicts['B']} / {verdicts['tie']}"),
+        ("failed", str(len(recs) - decided)),
+    ]
+
+
+# ------------------------------------------------------------------------------------ section
+def _cut(rows: list[dict[str, Any]], max_rows: int) -> tuple[list[dict[str, Any]], int]:
+    if max_rows and len(rows) > max_rows:
+        return rows[:max_rows], len(rows)
+    return rows, 0
+
+
+def _common_errors(recs: Iterable[dict[str, Any]], n: int = 3) -> list[str]:
+    errors = Counter(str(r.get("error")) for r in recs if r.get("error"))
+    return [f"{count}x {text}" for text, count in errors.most_common(n)]
+
+
+def results_section(rf: ResultsFile, thumbs: ThumbCache, *, title: str | None = None, table_id: str = "t", max_rows: int = DEFAULT_MAX_ROWS) -> Section:
+    """A results file as a section: summary facts and one sample table per kind of record in it."""
+    section = Section(title=title or Path(rf.path).name, facts=[("file", rf.path)])
+    scores = [(i, r) for i, r in rf.records if not is_pair(r)]
+    pairs = [(i, r) for i, r in rf.records if is_pair(r)]
+    if scores:
+        section.facts += score_facts([r for _, r in scores])
+        rows, total = _cut([score_row(i, r, thumbs) for i, r in scores], max_rows)
+        section.tables.append(SampleTable(f"{table_id}-scores", "scores", score_columns(rows), rows, total))
+    if pairs:
+        section.facts += pair_facts([r for _, r in pairs])
+        rows, total = _cut([pair_row(i, r, thumbs) for i, r in pairs], max_rows)
+        section.tables.append(SampleTable(f"{table_id}-pairs", "pairs", pair_columns(rows), rows, total))
+    if rf.bad_lines:
+        section.facts.append(("unreadable lines", str(len(rf.bad_lines))))
+        section.notes.append("lines left out: " + "; ".join(rf.bad_lines[:5]) + (" ..." if len(rf.bad_lines) > 5 else ""))
+    common = _common_errors(r for _, r in rf.records)
+    if common:
+        section.notes.append("most common errors: " + " | ".join(common))
+    for t in section.tables:
+        if t.total:
+            t.note = f"the first {len(t.rows)} of {t.total} records are shown (--max-rows)"
+    return section
+
+
+def score_values(rf: ResultsFile) -> list[float]:
+    """The scores of the file's successful score records (for the distribution plot)."""
+    out = []
+    for _, r in rf.records:
+        s = num(r.get("score"))
+        if s is not None and not is_pair(r) and r.get("status", "ok") == "ok":
+            out.append(s)
+    return out
