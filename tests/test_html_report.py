@@ -346,3 +346,22 @@ def test_browser_error_hook_catches_script_errors(browser: str, tmp_path: Path) 
     out.write_text(page.replace("</body>", "<script>undefinedFunction();</script></body>"), encoding="utf-8")
     dom = _dump(browser, tmp_path, out.resolve().as_uri())
     assert re.search(r'<pre id="js-errors">[^<]*undefinedFunction', dom)
+
+
+def test_score_and_compare_html(tmp_path: Path) -> None:
+    out, html = tmp_path / "fleur.jsonl", tmp_path / "fleur.html"
+    base = ["--images", str(IMAGES), "--no-cache", "--quiet"]
+    assert main(["score", "--method", "fleur", "--backend", "scripted:0.8", "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(out), "--html", str(html), *base]) == 0
+    page = html.read_text()
+    assert page.count('<tr data-status="ok"') == 6 and page.count("background-image: url(data:image/jpeg") == 2
+    assert "smoothed / raw scores" in page and "0 / 6" in page  # the scripted backend gives no log-probabilities
+    pairs, phtml = tmp_path / "pairs.jsonl", tmp_path / "pairs.html"
+    assert main(["compare", "--backend", "scripted:Answer 1", "--input", str(EXAMPLES / "pairs.jsonl"), "--out", str(pairs), "--html", str(phtml), *base]) == 0
+    page = phtml.read_text()
+    assert page.count("<tr data-status=") == 2 and "A better / B better / tie" in page
+
+
+def test_score_html_is_not_the_out_file(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "r.jsonl"
+    rc = main(["score", "--method", "fleur", "--backend", "scripted:0.8", "--images", str(IMAGES), "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(out), "--html", str(out), "--no-cache", "--quiet"])
+    assert rc == 2 and "--html" in capsys.readouterr().err and not out.exists()

@@ -142,6 +142,8 @@ def _preflight(
     for flag, path in [("--out", out), *reports]:
         if path is not None:
             check_output(path, inputs=sources, what=flag)
+            if flag != "--out" and out is not None and Path(path).resolve() == Path(out).resolve():
+                raise UsageError(f"{flag} {path!r} is the --out results file: write the report elsewhere")
     check_backend(args.backend, _backend_options(args))
 
 
@@ -350,7 +352,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     method = _method_with_template(args.method, args.template, args.template_file)
     if method.kind == "pairwise":
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
-    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out)
+    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)])
     rows = list(read_samples(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
@@ -379,7 +381,19 @@ def _cmd_score(args: argparse.Namespace) -> int:
         if tally.failed:
             con.print(f"[yellow]{tally.failed} sample(s) failed; their records have status \"error\" and say why.[/yellow]")
         _resume_note(con, plan)
+    _html_report(args)
     return _finish(tally)
+
+
+def _html_report(args: argparse.Namespace) -> None:
+    """``--html FILE``: the report of the results file the run just wrote (its whole --out, kept
+    records included), thumbnails from ``--images``."""
+    if not getattr(args, "html", None):
+        return
+    from capjudge.report.commands import command_line, emit
+    from capjudge.report.pages import results_page
+
+    emit(args.html, lambda: results_page([args.out], images=args.images, command=command_line()), quiet=args.quiet)
 
 
 # -------------------------------------------------------------------------------------- compare
@@ -394,7 +408,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     mode = args.mode if args.mode != "auto" else None
     if mode == "grading" and method.kind != "score":
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
-    _preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out)
+    _preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out, reports=[("--html", args.html)])
     rows = list(read_pairs(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
@@ -437,6 +451,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
             )
         )
         _resume_note(con, plan)
+    _html_report(args)
     return _finish(tally)
 
 
@@ -565,6 +580,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
     from capjudge import __version__
+    from capjudge.report.commands import add_html_option
 
     parser = argparse.ArgumentParser(
         prog="capjudge",
@@ -581,6 +597,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption[, references, id]")
     p.add_argument("--out", required=True, help="results JSONL (one record per input row)")
     _add_resume(p)
+    add_html_option(p)
     p.set_defaults(func=_cmd_score)
 
     p = sub.add_parser("compare", help="A/B comparison of caption pairs (dual-sided or by grading)", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -589,6 +606,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="results JSONL")
     p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: ask both orders and vote (the GPT-4V evaluator paper); grading: higher single score wins; auto: by method")
     _add_resume(p)
+    add_html_option(p)
     p.set_defaults(func=_cmd_compare)
 
     p = sub.add_parser("explain", help="score and ask the judge why (FLEUR's follow-up)")
