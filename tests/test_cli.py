@@ -174,3 +174,16 @@ def test_method_option_on_the_command_line(tmp_path: Path) -> None:
     recs = read_jsonl(out)
     assert all(r["score"] == 0 and "scored 0" in r["details"]["fallback"] for r in recs)
     assert main(["score", "--method", "fleur", "--method-option", "no_number=zero", "--backend", "scripted:0.5", "--images", str(EXAMPLES / "images"), "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(tmp_path / "p.jsonl"), "--no-cache", "--quiet"]) == 2
+
+
+def test_usage_errors_of_subcommand_modules_exit_2_under_python_m(tmp_path: Path) -> None:
+    """``python -m capjudge.cli`` runs cli.py as __main__; a subcommand module's UsageError must
+    still be the one the main loop catches (exit 2, no traceback)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1] / "src")}
+    run = subprocess.run([sys.executable, "-m", "capjudge.cli", "html", str(tmp_path / "missing.jsonl"), "-o", str(tmp_path / "r.html")], capture_output=True, text=True, env=env)
+    assert run.returncode == 2, run.stderr
+    assert "Traceback" not in run.stderr and "missing.jsonl" in run.stderr

@@ -104,3 +104,36 @@ def test_pil_error_text_has_no_address(tmp_path: Path) -> None:
     with pytest.raises(ImageError) as info:
         load_image(not_an_image)  # PIL's own text: "cannot identify image file <_io.BytesIO object at 0x...>"
     assert " at 0x" not in str(info.value) and "not an image in a format Pillow reads" in str(info.value)
+
+
+def test_compare_summary_reports_position_bias() -> None:
+    from capjudge.summary import RunTally
+    from capjudge.types import PairResult
+
+    def pair(votes: list[str | None], verdict: str) -> PairResult:
+        return PairResult(image="i", caption_a="a", caption_b="b", verdict=verdict, method="gpt4v-pairwise", backend="scripted:x", model="x", template_hash="h", votes=votes)  # type: ignore[arg-type]
+
+    tally = RunTally(method="gpt4v-pairwise")
+    # votes[0]: order (A, B); votes[1]: order (B, A), mapped back. First shown won: A / B.
+    for votes, verdict in ([["A", "B"], "tie"], [["A", "A"], "A"], [["B", "B"], "B"], [["A", "tie"], "A"]):
+        tally.add(pair(votes, verdict))
+    rows = dict(tally.position_rows())
+    # first shown won: both votes of pair 1, one of pair 2 (A in (A, B)), one of pair 3 (B in
+    # (B, A)), the decisive vote of pair 4: 5 of 7 decisive votes
+    assert rows["first position won"] == "71.4% of 7 votes"
+    assert rows["order flips"] == "50.0% of 4 pairs"  # pairs 1 and 4
+    assert rows["  same position won both"] == "25.0%"  # pair 1
+    grading = RunTally(method="fleur")
+    grading.add(PairResult(image="i", caption_a="a", caption_b="b", verdict="A", method="fleur", backend="b", model="m", template_hash="h", mode="grading", scores=(0.8, 0.2)))
+    assert grading.position_rows() == []
+
+
+def test_compare_command_prints_position_bias(tmp_path, capsys) -> None:
+    from pathlib import Path
+
+    from capjudge.cli import main
+
+    examples = Path(__file__).resolve().parents[1] / "examples"
+    rc = main(["compare", "--backend", "scripted:Answer 1", "--images", str(examples / "images"), "--input", str(examples / "pairs.jsonl"), "--out", str(tmp_path / "p.jsonl"), "--no-cache"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "first position won" in out and "100.0% of 4 votes" in out

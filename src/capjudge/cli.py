@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from capjudge.cli_errors import UsageError
+
 T = TypeVar("T")
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
@@ -34,9 +36,6 @@ EXIT_CODES_HELP = """exit codes (score, compare, explain, run-benchmark):
 probe and choose-one exit 0, 1, 2 or 130; meta-eval and report exit 1 when
 nothing could be measured."""
 
-
-class UsageError(Exception):
-    """A problem with the command line itself (printed without a traceback, exit code 2)."""
 
 
 def _console(stderr: bool = True) -> Any:
@@ -441,6 +440,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                     ("A better", str(tally.verdicts["A"])),
                     ("B better", str(tally.verdicts["B"])),
                     ("tie", str(tally.verdicts["tie"])),
+                    *tally.position_rows(),
                     *tally.failure_rows(),
                     ("cache hits", str(tally.cached)),
                     ("kept from --out", str(len(plan.kept))),

@@ -34,6 +34,7 @@ class RunTally:
     verdicts: Counter[str] = field(default_factory=Counter)
     resumable: int = 0
     causes: Counter[str] = field(default_factory=Counter)
+    two_order: list[tuple[str | None, list[Any]]] = field(default_factory=list)
 
     def add(self, result: Any) -> None:
         """Count one :class:`~capjudge.types.ScoreResult` or :class:`~capjudge.types.PairResult`."""
@@ -50,6 +51,8 @@ class RunTally:
         verdict = getattr(result, "verdict", None)
         if verdict is not None:
             self.verdicts[verdict] += 1
+            if getattr(result, "mode", None) == "pairwise":
+                self.two_order.append((verdict, list(result.votes or [])))
             return
         self.score_sum += result.score or 0.0
         if self.smoothing:
@@ -72,6 +75,22 @@ class RunTally:
         rows += self.failure_rows()
         rows += [("cache hits", str(self.cached)), ("mean score", f"{self.score_sum / self.ok:.4g}" if self.ok else "-")]
         return rows
+
+    def position_rows(self) -> list[tuple[str, str]]:
+        """Position bias of a dual-sided comparison run: how often the caption shown first won a
+        vote (50% = no preference), and how often swapping the order changed the verdict."""
+        from capjudge.judges.voting import position_bias
+
+        pb = position_bias(self.two_order)
+        if not pb["two_order_records"]:
+            return []
+        decisive = pb["votes_first"] + pb["votes_second"]
+        first = f"{pb['first_position']:.1f}% of {decisive} votes" if decisive else "- (every vote a tie)"
+        return [
+            ("first position won", first),
+            ("order flips", f"{pb['flip_rate']:.1f}% of {pb['two_order_records']} pairs"),
+            ("  same position won both", f"{pb['position_flips']:.1f}%"),
+        ]
 
     def failure_rows(self) -> list[tuple[str, str]]:
         """``failed`` and, when there are any, how many of them a re-run may cure."""

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
+from typing import Any
+
 from capjudge.types import Verdict
+
+VERDICTS: tuple[str, ...] = ("A", "B", "tie")
 
 
 def flip(verdict: str | None) -> str | None:
@@ -13,7 +19,7 @@ def flip(verdict: str | None) -> str | None:
 def dual_sided_vote(first: str | None, second: str | None) -> Verdict:
     """Combine the verdicts of the two orders (both already mapped back to the original labels).
 
-    Seed 003, Sec. 2: A twice, or A and tie -> A; B twice, or B and tie -> B; tie twice, or A and B
+    The GPT-4V evaluator paper, Sec. 2: A twice, or A and tie -> A; B twice, or B and tie -> B; tie twice, or A and B
     -> tie. A missing verdict (unparsable answer) counts as a tie here; callers that want to treat
     it as a failure check for ``None`` before voting.
     """
@@ -36,3 +42,38 @@ def verdict_from_scores(score_a: float | None, score_b: float | None) -> Verdict
     if score_b > score_a:
         return "B"
     return "tie"
+
+
+def position_bias(records: Sequence[tuple[str | None, Sequence[Any]]]) -> dict[str, Any]:
+    """A pairwise judge's position-bias figures from its ``(verdict, votes)`` records.
+
+    ``votes`` are the verdicts of the two orders asked, already mapped back to the original labels
+    (``capjudge.judges.pairwise``): ``votes[0]`` from the order (A, B), ``votes[1]`` from (B, A).
+    So a vote picked the caption *shown first* when ``votes[0] == "A"`` or ``votes[1] == "B"``.
+
+    * ``first_position``: share (%) of the votes that picked a caption which picked the one shown
+      first (50 = no position preference); ``tie_votes``: share of votes that were ties;
+    * ``flip_rate``: share of records whose verdict changed when the order was swapped
+      (``votes[0] != votes[1]``); ``position_flips``: share where the two orders picked opposite
+      captions, i.e. the caption in the same position won both times;
+    * ``tie_share``: share of final verdicts that are ties (over every record, voted or not).
+    """
+    n = len(records)
+    voted = [(v[0], v[1]) for _, v in records if isinstance(v, (list, tuple)) and len(v) == 2 and v[0] in VERDICTS and v[1] in VERDICTS]
+    first = sum(v1 == "A" for v1, _ in voted) + sum(v2 == "B" for _, v2 in voted)
+    second = sum(v1 == "B" for v1, _ in voted) + sum(v2 == "A" for _, v2 in voted)
+    tie_votes = sum(v1 == "tie" for v1, _ in voted) + sum(v2 == "tie" for _, v2 in voted)
+    flips = sum(v1 != v2 for v1, v2 in voted)
+    position_flips = sum({v1, v2} == {"A", "B"} for v1, v2 in voted)
+    pct = lambda k, d: 100.0 * k / d if d else math.nan  # noqa: E731
+    return {
+        "records": n,
+        "two_order_records": len(voted),
+        "first_position": pct(first, first + second),
+        "votes_first": first,
+        "votes_second": second,
+        "tie_votes": pct(tie_votes, 2 * len(voted)),
+        "flip_rate": pct(flips, len(voted)),
+        "position_flips": pct(position_flips, len(voted)),
+        "tie_share": pct(sum(verdict == "tie" for verdict, _ in records), n),
+    }

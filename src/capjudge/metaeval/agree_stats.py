@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from capjudge.judges.voting import position_bias  # noqa: F401 - part of this module's interface
 from capjudge.metaeval import stats
 
 VERDICTS: tuple[str, ...] = ("A", "B", "tie")
@@ -374,38 +375,3 @@ def fleiss_bootstrap(counts: np.ndarray, *, n_resamples: int, seed: int) -> dict
         }
 
     return stats.bootstrap_cis_batched(batch, counts.shape[0], n_resamples=n_resamples, seed=seed)
-
-
-def position_bias(records: Sequence[tuple[str | None, Sequence[Any]]]) -> dict[str, Any]:
-    """A pairwise judge's position-bias figures from its ``(verdict, votes)`` records.
-
-    ``votes`` are the verdicts of the two orders asked, already mapped back to the original labels
-    (``capjudge.judges.pairwise``): ``votes[0]`` from the order (A, B), ``votes[1]`` from (B, A).
-    So a vote picked the caption *shown first* when ``votes[0] == "A"`` or ``votes[1] == "B"``.
-
-    * ``first_position``: share (%) of the votes that picked a caption which picked the one shown
-      first (50 = no position preference); ``tie_votes``: share of votes that were ties;
-    * ``flip_rate``: share of records whose verdict changed when the order was swapped
-      (``votes[0] != votes[1]``); ``position_flips``: share where the two orders picked opposite
-      captions, i.e. the caption in the same position won both times;
-    * ``tie_share``: share of final verdicts that are ties (over every record, voted or not).
-    """
-    n = len(records)
-    voted = [(v[0], v[1]) for _, v in records if isinstance(v, (list, tuple)) and len(v) == 2 and v[0] in VERDICTS and v[1] in VERDICTS]
-    first = sum(v1 == "A" for v1, _ in voted) + sum(v2 == "B" for _, v2 in voted)
-    second = sum(v1 == "B" for v1, _ in voted) + sum(v2 == "A" for _, v2 in voted)
-    tie_votes = sum(v1 == "tie" for v1, _ in voted) + sum(v2 == "tie" for _, v2 in voted)
-    flips = sum(v1 != v2 for v1, v2 in voted)
-    position_flips = sum({v1, v2} == {"A", "B"} for v1, v2 in voted)
-    pct = lambda k, d: 100.0 * k / d if d else math.nan  # noqa: E731
-    return {
-        "records": n,
-        "two_order_records": len(voted),
-        "first_position": pct(first, first + second),
-        "votes_first": first,
-        "votes_second": second,
-        "tie_votes": pct(tie_votes, 2 * len(voted)),
-        "flip_rate": pct(flips, len(voted)),
-        "position_flips": pct(position_flips, len(voted)),
-        "tie_share": pct(sum(verdict == "tie" for verdict, _ in records), n),
-    }

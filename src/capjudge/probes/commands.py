@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Any
 
 from capjudge.cli import (
     EXIT_OK,
-    UsageError,
     _add_common,
     _console,
     _make_judge,
     _method_with_template,
     _preflight,
 )
+from capjudge.cli_errors import UsageError
 
 # Only light modules at the top (perturbations is the standard library only): building the parser
 # (`capjudge --help`) must not import the judge, numpy or matplotlib; the handlers import them.

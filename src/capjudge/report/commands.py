@@ -82,7 +82,7 @@ def register(subparsers: Any) -> None:
 
 def cmd_html(args: argparse.Namespace) -> int:
     """``capjudge html``: 0 written, 2 bad input (a missing or unusable results file, a bad option)."""
-    from capjudge.cli import UsageError
+    from capjudge.cli_errors import UsageError
 
     if args.max_rows < 0 or args.thumb_size < 0:
         raise UsageError("--max-rows and --thumb-size must be 0 or more")
