@@ -50,6 +50,21 @@ def _references(value: Any) -> list[str]:
     return [str(value)]
 
 
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any, str | None, str]]:
+    """``(line number, value, error, text)`` for each non-blank line of a JSONL file: ``value`` is
+    the parsed JSON (``None`` when the line is not JSON, and ``error`` then says why), ``text`` the
+    stripped line. Opening and decoding errors propagate to the caller."""
+    with Path(path).open(encoding="utf-8") as fh:
+        for i, line in enumerate(fh, start=1):
+            text = line.strip()
+            if not text:
+                continue
+            try:
+                yield i, json.loads(line), None, text
+            except json.JSONDecodeError as exc:
+                yield i, None, exc.msg, text
+
+
 def read_rows(path: str | Path) -> Iterator[dict[str, Any] | BadRow]:
     """Rows of a JSONL or CSV file (by extension; ``.json`` holding a list is accepted too)."""
     p = Path(path)
@@ -71,16 +86,11 @@ def read_rows(path: str | Path) -> Iterator[dict[str, Any] | BadRow]:
         for i, row in enumerate(data, start=1):
             yield row if isinstance(row, dict) else BadRow(i, f"item {i} is not an object")
         return
-    with p.open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
-                yield BadRow(i, f"line {i} is not valid JSON: {exc.msg}", line.strip()[:200])
-                continue
-            yield row if isinstance(row, dict) else BadRow(i, f"line {i} is not a JSON object", line.strip()[:200])
+    for i, row, error, text in iter_jsonl(p):
+        if error is not None:
+            yield BadRow(i, f"line {i} is not valid JSON: {error}", text[:200])
+        else:
+            yield row if isinstance(row, dict) else BadRow(i, f"line {i} is not a JSON object", text[:200])
 
 
 def sample_from_row(row: dict[str, Any], line: int) -> dict[str, Any] | BadRow:

@@ -12,7 +12,6 @@ that is not a number) is an :class:`AgreeInputError` naming the file and the lin
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from capjudge.io import InputFormatError
+from capjudge.io import InputFormatError, iter_jsonl
 from capjudge.metaeval.datasets import image_name, normalize_caption
 
 Kind = Literal["score", "pairwise"]
@@ -112,15 +111,10 @@ def _records(source: Source, where: str) -> list[tuple[int, Any]]:
         if not p.is_file():
             raise AgreeInputError(f"results file {str(p)!r} not found")
         out = []
-        with p.open(encoding="utf-8") as fh:
-            for i, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    raise AgreeInputError(f"{where}: line {i} is not valid JSON ({exc.msg}): {line.strip()[:80]!r}") from None
-                out.append((i, rec))
+        for i, rec, error, text in iter_jsonl(p):
+            if error is not None:
+                raise AgreeInputError(f"{where}: line {i} is not valid JSON ({error}): {text[:80]!r}")
+            out.append((i, rec))
         return out
     return list(enumerate(source, start=1))
 

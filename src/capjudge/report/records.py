@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capjudge.io import InputFormatError
+from capjudge.io import InputFormatError, iter_jsonl
 from capjudge.report.model import Column, SampleTable, Section
 from capjudge.report.thumbs import ThumbCache
 
@@ -56,21 +56,15 @@ def load_results_file(path: str | Path) -> ResultsFile:
         raise ReportInputError(f"results file {str(p)!r} is not a file")
     out = ResultsFile(str(p), [])
     try:
-        with p.open(encoding="utf-8") as fh:
-            for i, line in enumerate(fh, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    rec = json.loads(line)
-                except json.JSONDecodeError as exc:
-                    out.bad_lines.append(f"line {i}: not valid JSON ({exc.msg})")
-                    continue
-                if not isinstance(rec, dict):
-                    out.bad_lines.append(f"line {i}: not a JSON object")
-                elif not _is_result(rec):
-                    out.bad_lines.append(f"line {i}: not a result record (no score, verdict or status)")
-                else:
-                    out.records.append((i, rec))
+        for i, rec, error, _text in iter_jsonl(p):
+            if error is not None:
+                out.bad_lines.append(f"line {i}: not valid JSON ({error})")
+            elif not isinstance(rec, dict):
+                out.bad_lines.append(f"line {i}: not a JSON object")
+            elif not _is_result(rec):
+                out.bad_lines.append(f"line {i}: not a result record (no score, verdict or status)")
+            else:
+                out.records.append((i, rec))
     except UnicodeDecodeError as exc:
         raise ReportInputError(f"results file {str(p)!r} is not UTF-8 text (byte {exc.start}): not a JSONL results file") from None
     except OSError as exc:
