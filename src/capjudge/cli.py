@@ -398,7 +398,7 @@ def _html_report(args: argparse.Namespace) -> None:
 # -------------------------------------------------------------------------------------- compare
 def _cmd_compare(args: argparse.Namespace) -> int:
     from capjudge.io import read_pairs
-    from capjudge.judges.pairwise import _pair_result
+    from capjudge.judges.pairwise import run_fields
     from capjudge.outfile import pair_key
     from capjudge.summary import RunTally
     from capjudge.types import PairResult
@@ -414,12 +414,11 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     tally = RunTally(method=method.name)
     t0 = time.perf_counter()
     with _make_judge(args, method) as judge:
-        resolved: Any = mode or ("pairwise" if method.kind == "pairwise" else "grading")
-        probe = _pair_result(judge, 0, None, None, resolved, verdict=None)
-        plan = _resume_plan(args, rows, pair_key, {"method": probe.method, "backend": probe.backend, "template_hash": probe.template_hash, "mode": probe.mode})
+        run = run_fields(judge, mode)
+        plan = _resume_plan(args, rows, pair_key, run)
 
         def bad_row(row: Any) -> PairResult:
-            return PairResult(image="", caption_a="", caption_b="", verdict=None, method=probe.method, backend=judge.backend_spec, model=judge.backend.model, template_hash=probe.template_hash, mode=probe.mode, status="error", error=row.error, id=str(row.line))
+            return PairResult(image="", caption_a="", caption_b="", verdict=None, method=run["method"], backend=judge.backend_spec, model=judge.backend.model, template_hash=run["template_hash"], mode=run["mode"], status="error", error=row.error, id=str(row.line))
 
         def stream(pairs: list[Any]) -> Iterator[tuple[int, Any]]:
             return judge.compare_stream(pairs, mode=mode)  # type: ignore[no-any-return]

@@ -195,6 +195,16 @@ class Judge:
         assert prep.image is not None
         return Request(self._messages(prompt, prep.image), self._config(self.method.max_new_tokens, self.method.smoothing, self.method.temperature))
 
+    # ------------------------------------------------------------------ pairwise interface
+    def prepare_sample(self, index: int, sample: Sample, images: dict[Any, Any] | None = None) -> _Prepared:
+        """Check a caption and load its image, or say why it cannot be judged (``.error``); part
+        of the interface pairwise judging uses (:class:`~capjudge.judges.pairwise.PairJudge`)."""
+        return self._prepare(index, sample, images)
+
+    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int) -> Request:
+        """A greedy request: the judge's system turn, then ``prompt`` with ``image``."""
+        return Request(self._messages(prompt, image), self._config(max_new_tokens, False))
+
     # ------------------------------------------------------------------ preparation
     def _prepare(self, index: int, sample: Sample | dict[str, Any], images: dict[Any, LoadedImage | str] | None = None) -> _Prepared:
         """Check a sample and load its image (``images`` memoises loads within a batch: the
@@ -359,9 +369,7 @@ class Judge:
     def compare_many(self, pairs: Iterable[pairwise.Pair | dict[str, Any] | tuple[Any, ...]], *, mode: pairwise.CompareMode | None = None) -> Iterator[PairResult]:
         """Compare many pairs (``Pair``, dicts with ``image``, ``caption_a``, ``caption_b`` or
         tuples), yielding results in input order."""
-        kind = mode or ("pairwise" if self.method.kind == "pairwise" else "grading")
-        if kind == "grading" and self.method.kind != "score":  # checked at the call
-            raise ValueError(f"comparison by grading needs a scoring method, not {self.method.name!r}")
+        pairwise.resolve_mode(self.method, mode)  # checked at the call, not at the first result
         return pairwise.compare_many(self, pairs, mode=mode)
 
     def compare_stream(self, pairs: Iterable[pairwise.Pair | dict[str, Any] | tuple[Any, ...]], *, mode: pairwise.CompareMode | None = None) -> Iterator[tuple[int, PairResult]]:

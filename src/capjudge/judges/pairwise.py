@@ -1,6 +1,9 @@
 """Pairwise A/B comparison (the GPT-4V evaluator paper): dual-sided voting, or single grading of both captions.
 
-:class:`~capjudge.judges.judge.Judge` exposes these as ``Judge.compare`` and ``Judge.compare_many``.
+:class:`~capjudge.judges.judge.Judge` exposes these as ``Judge.compare``, ``Judge.compare_many`` and
+``Judge.compare_stream``; ``capjudge compare`` and ``capjudge arena`` go through them. What pairwise
+judging needs from a judge is the small public interface :class:`PairJudge` (``Judge`` provides it),
+so this module never imports ``judge.py``: the dependency goes one way.
 
 Dual-sided: the pair is asked twice, (A, B) and (B, A); the second verdict is mapped back to the
 original labels and the two are combined with :func:`~capjudge.judges.voting.dual_sided_vote`.
@@ -13,10 +16,11 @@ import functools
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
-from capjudge.backends.base import Completion, Request
+from capjudge.backends.base import Backend, Completion, Request
 from capjudge.backends.faults import failure_details
+from capjudge.images import LoadedImage
 from capjudge.judges.dispatch import (
     Answer,
     BatchExecutor,
@@ -28,7 +32,7 @@ from capjudge.judges.dispatch import (
 from capjudge.judges.scoring import cached_note
 from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
 from capjudge.parsing import parse_verdict
-from capjudge.prompts.registry import TemplateError, get_template
+from capjudge.prompts.registry import Method, TemplateError, get_template
 from capjudge.types import (
     ImageInput,
     PairResult,
@@ -38,12 +42,58 @@ from capjudge.types import (
     normalize_caption,
 )
 
-if TYPE_CHECKING:
-    from capjudge.judges.judge import Judge
-
 CompareMode = Literal["pairwise", "grading"]
 
 DEFAULT_PAIRWISE_TEMPLATE = "gpt4v_pairwise"
+
+
+class PreparedSample(Protocol):
+    """A caption checked and its image loaded, or the error that stops it."""
+
+    image: LoadedImage | None
+    error: str | None
+
+
+class PairJudge(Protocol):
+    """What pairwise judging needs from a judge (:class:`~capjudge.judges.judge.Judge` provides it)."""
+
+    method: Method
+    backend: Backend
+    batch_size: int
+
+    @property
+    def backend_spec(self) -> str:
+        """The backend spec written into results."""
+        ...
+
+    def prepare_sample(self, index: int, sample: Sample, images: dict[Any, Any] | None = None) -> PreparedSample:
+        """Check a caption and load its image (``images`` memoises loads)."""
+        ...
+
+    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int) -> Request:
+        """A greedy request with the judge's system turn, the image and ``prompt``."""
+        ...
+
+    def score_stream(self, samples: Iterable[Sample]) -> Iterator[tuple[int, ScoreResult]]:
+        """Score samples, yielding ``(input index, result)`` as each result is made."""
+        ...
+
+
+def resolve_mode(method: Method, mode: CompareMode | None) -> CompareMode:
+    """The comparison mode a run uses: ``mode``, or by the method's kind (``"pairwise"`` for
+    pairwise methods, ``"grading"`` for scoring methods). ``ValueError`` when grading is asked of a
+    method that does not score single captions."""
+    resolved: CompareMode = mode or ("pairwise" if method.kind == "pairwise" else "grading")
+    if resolved == "grading" and method.kind != "score":
+        raise ValueError(f"comparison by grading needs a scoring method, not {method.name!r}")
+    return resolved
+
+
+def run_fields(judge: PairJudge, mode: CompareMode | None = None) -> dict[str, Any]:
+    """The fields every pair record of this judge and mode carries (``method``, ``backend``,
+    ``template_hash``, ``mode``): what a re-run checks before it continues a results file."""
+    probe = _pair_result(judge, 0, None, None, resolve_mode(judge.method, mode), verdict=None)
+    return {"method": probe.method, "backend": probe.backend, "template_hash": probe.template_hash, "mode": probe.mode}
 
 
 @dataclass(frozen=True)
@@ -69,7 +119,7 @@ def _as_pair(item: Pair | dict[str, Any] | tuple[Any, ...]) -> Pair:
 
 
 def compare(
-    judge: Judge,
+    judge: PairJudge,
     image: ImageInput,
     caption_a: str,
     caption_b: str,
@@ -83,18 +133,18 @@ def compare(
     ``mode=None`` picks dual-sided ``"pairwise"`` for pairwise methods and ``"grading"`` (the
     higher single score wins, the GPT-4V evaluator paper) for scoring methods. Never raises for bad input.
     """
-    return next(iter(judge.compare_many([Pair(image, caption_a, caption_b, tuple(references), id)], mode=mode)))
+    return next(iter(compare_many(judge, [Pair(image, caption_a, caption_b, tuple(references), id)], mode=mode)))
 
 
 def compare_many(
-    judge: Judge, pairs: Iterable[Pair | dict[str, Any] | tuple[Any, ...]], *, mode: CompareMode | None = None
+    judge: PairJudge, pairs: Iterable[Pair | dict[str, Any] | tuple[Any, ...]], *, mode: CompareMode | None = None
 ) -> Iterator[PairResult]:
     """Compare many pairs, yielding results in input order."""
     return in_input_order(compare_stream(judge, pairs, mode=mode))
 
 
 def compare_stream(
-    judge: Judge, pairs: Iterable[Pair | dict[str, Any] | tuple[Any, ...]], *, mode: CompareMode | None = None
+    judge: PairJudge, pairs: Iterable[Pair | dict[str, Any] | tuple[Any, ...]], *, mode: CompareMode | None = None
 ) -> Iterator[tuple[int, PairResult]]:
     """Compare many pairs, yielding ``(input index, result)`` as each comparison is done.
 
@@ -102,14 +152,10 @@ def compare_stream(
     pairs for backends that batch, through a sliding window for API backends. Comparison by grading
     scores both captions through :meth:`Judge.score_stream`.
     """
-    if mode is None:
-        mode = "pairwise" if judge.method.kind == "pairwise" else "grading"
-    if mode == "grading" and judge.method.kind != "score":
-        raise ValueError(f"comparison by grading needs a scoring method, not {judge.method.name!r}")
-    return _graded(judge, pairs) if mode == "grading" else _dual(judge, pairs)
+    return _graded(judge, pairs) if resolve_mode(judge.method, mode) == "grading" else _dual(judge, pairs)
 
 
-def _pair_result(judge: Judge, index: int, pair: Pair | None, raw_item: Any, mode: CompareMode, **fields: Any) -> PairResult:
+def _pair_result(judge: PairJudge, index: int, pair: Pair | None, raw_item: Any, mode: CompareMode, **fields: Any) -> PairResult:
     template = judge.method.template if (mode == "grading" or judge.method.kind == "pairwise") else DEFAULT_PAIRWISE_TEMPLATE
     return PairResult(
         id=(pair.id if pair and pair.id is not None else str(index)),
@@ -132,7 +178,7 @@ def _parsed(i: int, item: Any) -> tuple[Pair | None, str | None]:
         return None, f"pair {i}: malformed pair ({type(exc).__name__}: {exc})"
 
 
-def _graded(judge: Judge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
+def _graded(judge: PairJudge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
     """Both captions scored by the judge's method; the higher score wins (the GPT-4V evaluator paper)."""
     ready: deque[tuple[int, PairResult]] = deque()  # malformed pairs, answered without the backend
     sides: list[tuple[int, int]] = []  # sample position -> (pair index, 0 for A / 1 for B)
@@ -163,7 +209,7 @@ def _graded(judge: Judge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResul
         yield ready.popleft()
 
 
-def _graded_result(judge: Judge, i: int, p: Pair, item: Any, ra: ScoreResult, rb: ScoreResult) -> PairResult:
+def _graded_result(judge: PairJudge, i: int, p: Pair, item: Any, ra: ScoreResult, rb: ScoreResult) -> PairResult:
     verdict = verdict_from_scores(ra.score, rb.score)
     errors = [r.error for r in (ra, rb) if not r.ok]
     return _pair_result(
@@ -185,7 +231,7 @@ def _graded_result(judge: Judge, i: int, p: Pair, item: Any, ra: ScoreResult, rb
 class _DualRun:
     """Dual-sided comparison: each pair asked in both orders, the votes combined."""
 
-    def __init__(self, judge: Judge) -> None:
+    def __init__(self, judge: PairJudge) -> None:
         self.judge = judge
         self.executor = make_executor(judge.backend)
         self.done: deque[tuple[int, PairResult]] = deque()
@@ -208,8 +254,8 @@ class _DualRun:
             if p is None:
                 self._error(i, None, item, err or f"pair {i}: malformed")
                 continue
-            prep_a = judge._prepare(i, Sample(p.image, p.caption_a, p.references, p.id), self.images)
-            prep_b = judge._prepare(i, Sample(p.image, p.caption_b, p.references, p.id), self.images)
+            prep_a = judge.prepare_sample(i, Sample(p.image, p.caption_a, p.references, p.id), self.images)
+            prep_b = judge.prepare_sample(i, Sample(p.image, p.caption_b, p.references, p.id), self.images)
             bad = prep_a.error or prep_b.error
             if bad:
                 self._error(i, p, item, bad.replace("empty caption", "empty caption in the pair"))
@@ -224,8 +270,7 @@ class _DualRun:
             got: list[Answer | None] = [None, None]
             max_new = judge.method.max_new_tokens if judge.method.kind == "pairwise" else 256
             for order, prompt in enumerate(prompts):
-                request = Request(judge._messages(prompt, prep_a.image), judge._config(max_new, False))
-                self.executor.add(request, functools.partial(self._answered, i, p, item, got, order))
+                self.executor.add(judge.request(prompt, prep_a.image, max_new), functools.partial(self._answered, i, p, item, got, order))
 
     def _answered(self, i: int, p: Pair, item: Any, got: list[Answer | None], order: int, out: Answer) -> None:
         got[order] = out
@@ -250,6 +295,6 @@ class _DualRun:
         self.done.append((i, result))
 
 
-def _dual(judge: Judge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
+def _dual(judge: PairJudge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
     run = _DualRun(judge)
     return drive(run.executor, run.batches(pairs), run.start, run.done)
