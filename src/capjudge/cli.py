@@ -1,4 +1,4 @@
-"""The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, agree, cache, probe, html.
+"""The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, agree, cache, probe, html, arena.
 
 Exit codes (:data:`EXIT_CODES_HELP`): 0 the run completed, also with per-sample errors (records in
 the results file, counted in the summary); 3 samples failed for backend reasons (server gone,
@@ -634,6 +634,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("capjudge.backends.cache", "register_cli"),
         ("capjudge.probes.commands", "register"),
         ("capjudge.report.commands", "register"),
+        ("capjudge.arena.commands", "register"),
     ):
         _register_optional(sub, module, func)
     return parser

@@ -24,7 +24,7 @@ import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Literal
 
 from capjudge.types import PairResult, ScoreResult
 
@@ -53,12 +53,15 @@ class ResumePlan:
     ``kept``: input position -> record kept as it is (not asked again); ``retry``: positions whose
     error record is asked again bypassing the cache (``--retry-errors``); rows whose error record
     says ``resumable`` (the backend failed, not the sample) are in neither and asked again;
-    ``dropped``: error records that match no input row (a row since fixed or removed).
+    ``dropped``: error records that match no input row (a row since fixed or removed);
+    ``unmatched``: ok records that match no input row, when the caller keeps them
+    (``plan_resume(..., unmatched="keep")``).
     """
 
     kept: dict[int, dict[str, Any]] = field(default_factory=dict)
     retry: set[int] = field(default_factory=set)
     dropped: int = 0
+    unmatched: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def kept_errors(self) -> int:
@@ -89,12 +92,14 @@ def plan_resume(
     run: dict[str, Any],
     *,
     retry_errors: bool = False,
+    unmatched: Literal["refuse", "keep"] = "refuse",
 ) -> ResumePlan:
     """Match the records of ``path`` to ``rows`` (``None`` for unreadable rows, always redone).
 
     ``run`` holds the fields every record of this run carries (method, backend, template_hash,
     ...); a record that differs is a :class:`ResumeConflict`, as is a scored record that matches no
-    row. Nothing to resume when the file does not exist or is empty.
+    row, unless ``unmatched="keep"`` (``capjudge arena``: battles of a smaller plan stay in the
+    file, in ``ResumePlan.unmatched``). Nothing to resume when the file does not exist or is empty.
     """
     plan = ResumePlan()
     p = Path(path)
@@ -128,6 +133,10 @@ def plan_resume(
         # else: a backend failure (server gone, retries exhausted, budget spent): asked again
     leftovers = [r for recs in by_key.values() for r in recs]
     scored = [r for r in leftovers if r.get("status") == "ok"]
+    if scored and unmatched == "keep":
+        plan.unmatched = scored
+        plan.dropped = len(leftovers) - len(scored)
+        return plan
     if scored:
         first = scored[0]
         raise ResumeConflict(

@@ -1,0 +1,38 @@
+"""Rank captioning models by pairwise battles judged by a VLM (``capjudge arena``).
+
+>>> from capjudge.arena import run_arena
+>>> res = run_arena({"ours": "ours.jsonl", "blip2": "blip2.jsonl"}, backend="openai:gpt-4o",
+...                 baseline="blip2", out="battles.jsonl")                 # doctest: +SKIP
+>>> res.leaderboard.entries[0]["model"], res.leaderboard.entries[0]["ci"]   # doctest: +SKIP
+
+Modules, one job each: :mod:`~capjudge.arena.load` (the models' captions, matched by id or image),
+:mod:`~capjudge.arena.battles` (which battles, who is shown first, judging them with resume),
+:mod:`~capjudge.arena.ranking` (win rate, Bradley-Terry, Elo, bootstrap CIs, length check),
+:mod:`~capjudge.arena.run` (:func:`run_arena`), :mod:`~capjudge.arena.report` (the HTML page),
+:mod:`~capjudge.arena.commands` (the subcommand). Nothing heavy is imported until used.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_LAZY = {
+    "run_arena": "capjudge.arena.run",
+    "rank_file": "capjudge.arena.run",
+    "ArenaResult": "capjudge.arena.run",
+    "ArenaInputError": "capjudge.arena.load",
+    "Leaderboard": "capjudge.arena.ranking",
+    "rank": "capjudge.arena.ranking",
+    "fit_bradley_terry": "capjudge.arena.ranking",
+    "elo_ratings": "capjudge.arena.ranking",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'capjudge.arena' has no attribute {name!r}")

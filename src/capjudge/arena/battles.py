@@ -1,0 +1,203 @@
+"""Which battles an arena asks, who is shown first, and asking them through the pairwise judge.
+
+Protocols: every model against a ``baseline`` (CapArena-Auto), or every pair of models
+(``round_robin``), on the images both models captioned. ``budget`` caps the number of battles:
+images are taken whole (every battle of an image, so that the bootstrap over images stays
+honest) in a seeded order until the next image would pass the budget.
+
+Who is shown first: the orders are both asked (dual-sided) but the record's ``model_a`` is the
+caption shown first in the first order. It is decided per battle by a seeded hash of the image and
+the two model names, never by the order the models were listed in: about half the battles show
+each model first, and adding a model changes no existing battle.
+
+The battles are judged by :meth:`Judge.compare_stream` (the same machinery as ``capjudge
+compare``: dual-sided votes or single grading, batches or a sliding window, the response cache).
+Records go to ``out`` as they complete (:class:`capjudge.outfile.ResultsFile`) and a re-run asks
+only the battles that have no record there (:func:`capjudge.outfile.plan_resume`), so adding a
+model asks only its battles. A battle matches its record by image id, image and the two models
+with their captions, whichever was shown first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from capjudge.arena.load import ArenaInput, ArenaInputError
+
+Key = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Battle:
+    """Two models' captions of one image; ``model_a``'s caption is shown first in the first order."""
+
+    item: str
+    image: str
+    model_a: str
+    model_b: str
+    caption_a: str
+    caption_b: str
+
+    def row(self) -> dict[str, Any]:
+        """The battle as a pairs row (``id`` is the image's id, or its path)."""
+        return {"id": self.item, "image": self.image, "caption_a": self.caption_a, "caption_b": self.caption_b, "model_a": self.model_a, "model_b": self.model_b}
+
+
+def battle_key(row: dict[str, Any]) -> Key:
+    """How a battle and its record are matched: id, image, and the two (model, caption) sides in
+    either order (both orders are asked, so who was shown first does not change the battle)."""
+    sides = sorted([(str(row.get("model_a")), str(row.get("caption_a"))), (str(row.get("model_b")), str(row.get("caption_b")))])
+    return ("battle", str(row.get("id")), str(row.get("image")), tuple(sides))
+
+
+def _digest(*parts: Any) -> bytes:
+    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode("utf-8")).digest()
+
+
+def shown_first(seed: int, item: str, m1: str, m2: str) -> str:
+    """Which of two models is shown first in a battle: a seeded hash of the image and the pair."""
+    lo, hi = sorted((m1, m2))
+    return lo if _digest("first", seed, item, lo, hi)[0] & 1 else hi
+
+
+@dataclass
+class Plan:
+    """The battles of an arena, and what the protocol left out."""
+
+    battles: list[Battle]
+    protocol: str
+    baseline: str | None
+    images: int  # images with at least one battle
+    images_total: int  # images captioned by at least two models
+    budget: int | None = None
+    not_asked: dict[str, int] = field(default_factory=dict)  # model -> battles lost to missing captions
+    notes: list[str] = field(default_factory=list)
+
+
+def plan_battles(inp: ArenaInput, *, baseline: str | None = None, round_robin: bool = False, budget: int | None = None, seed: int = 0) -> Plan:
+    """The battles of ``inp`` by the protocol (exactly one of ``baseline`` or ``round_robin``)."""
+    if (baseline is None) == (not round_robin):
+        raise ArenaInputError("choose one protocol: a baseline model (--baseline NAME) or all pairs (--round-robin)")
+    if len(inp.models) < 2:
+        raise ArenaInputError(f"an arena needs two or more models, got {len(inp.models)}: {', '.join(inp.models) or 'none'}")
+    if baseline is not None and baseline not in inp.models:
+        raise ArenaInputError(f"--baseline {baseline!r} is not one of the models: {', '.join(inp.models)}")
+    if budget is not None and budget < 1:
+        raise ArenaInputError(f"--budget must be 1 or more, got {budget}")
+    if baseline is not None:
+        pairs = [(m, baseline) for m in inp.models if m != baseline]
+    else:
+        pairs = [(x, y) for i, x in enumerate(inp.models) for y in inp.models[i + 1 :]]
+    by_image: dict[str, list[Battle]] = {}
+    not_asked = {m: 0 for m in inp.models}
+    for item in inp.items:
+        for x, y in pairs:
+            cx, cy = inp.captions[x].get(item), inp.captions[y].get(item)
+            if cx is None or cy is None:
+                if cx is not None or cy is not None:
+                    not_asked[x if cx is not None else y] += 1
+                continue
+            first = shown_first(seed, item, x, y)
+            a, b = (x, y) if first == x else (y, x)
+            ca, cb = (cx, cy) if first == x else (cy, cx)
+            by_image.setdefault(cx.image, []).append(Battle(item, cx.image, a, b, ca.caption, cb.caption))
+    # Images in a seeded order that does not depend on the models: a budget takes a prefix of it.
+    images = sorted(by_image, key=lambda im: _digest("image", seed, im))
+    battles: list[Battle] = []
+    taken = 0
+    for im in images:
+        group = by_image[im]
+        if budget is not None and len(battles) + len(group) > budget:
+            if not battles:
+                raise ArenaInputError(f"--budget {budget} is smaller than the {len(group)} battles of one image: raise it")
+            break
+        battles.extend(group)
+        taken += 1
+    plan = Plan(battles, "baseline" if baseline else "round-robin", baseline, taken, len(images), budget, {m: n for m, n in not_asked.items() if n})
+    if taken < len(images):
+        plan.notes.append(f"--budget {budget}: {len(battles)} battles on {taken} of {len(images)} images (sampled with seed {seed})")
+    for m, n in plan.not_asked.items():
+        plan.notes.append(f"model {m!r}: {n} battle(s) not asked: its opponent has no caption for those images")
+    return plan
+
+
+@dataclass
+class BattleRun:
+    """The records of a plan's battles (plan order) and how they were obtained."""
+
+    records: list[dict[str, Any]]
+    asked: list[dict[str, Any]]  # the records made by this run
+    kept: int = 0
+    kept_errors: int = 0
+    outside_plan: int = 0  # records in --out for battles not in this plan (kept in the file, not ranked)
+
+
+def battle_record(battle: Battle, result: Any) -> dict[str, Any]:
+    """A battle's record: the pair record with ``model_a`` and ``model_b``."""
+    rec = result.to_dict() if hasattr(result, "to_dict") else dict(result)
+    return {"model_a": battle.model_a, "model_b": battle.model_b, **rec}
+
+
+def run_battles(
+    judge: Any,
+    plan: Plan,
+    *,
+    mode: Any = None,
+    out: str | Path | None = None,
+    overwrite: bool = False,
+    retry_errors: bool = False,
+    progress: Callable[[Iterator[Any], int, int], Iterable[Any]] | None = None,
+) -> BattleRun:
+    """Judge the plan's battles that ``out`` does not already hold (all of them without ``out``).
+
+    ``progress(stream, total, done)`` may wrap the stream of new records (a progress bar).
+    Raises :class:`capjudge.outfile.ResumeConflict` when ``out`` was written by another judge.
+    """
+    from capjudge.judges.pairwise import Pair, run_fields
+    from capjudge.outfile import ResultsFile, ResumePlan, plan_resume
+
+    rows = [b.row() for b in plan.battles]
+    resume = ResumePlan()
+    if out is not None and not overwrite:
+        resume = plan_resume(out, rows, battle_key, run_fields(judge, mode), retry_errors=retry_errors, unmatched="keep")
+    todo = [pos for pos in range(len(rows)) if pos not in resume.kept]
+    retry = [pos for pos in todo if pos in resume.retry]
+    fresh = [pos for pos in todo if pos not in resume.retry]
+    got: dict[int, dict[str, Any]] = dict(resume.kept)
+    asked: list[dict[str, Any]] = []
+
+    def pairs(positions: Sequence[int]) -> list[Pair]:
+        return [Pair(plan.battles[p].image, plan.battles[p].caption_a, plan.battles[p].caption_b, (), plan.battles[p].item) for p in positions]
+
+    def stream() -> Iterator[tuple[int, dict[str, Any]]]:
+        if retry:
+            bypass = getattr(judge.backend, "bypass_reads", None)
+            from contextlib import nullcontext
+
+            with bypass() if callable(bypass) else nullcontext():
+                for k, res in judge.compare_stream(pairs(retry), mode=mode):
+                    yield retry[k], battle_record(plan.battles[retry[k]], res)
+        for k, res in judge.compare_stream(pairs(fresh), mode=mode):
+            yield fresh[k], battle_record(plan.battles[fresh[k]], res)
+
+    extra = list(resume.unmatched)
+    items: Iterable[tuple[int, dict[str, Any]]] = stream()
+    if progress is not None:
+        items = progress(stream(), len(rows), len(resume.kept))
+    sink = ResultsFile(out, [*((p + 1, r) for p, r in resume.kept.items()), *((len(rows) + k + 1, r) for k, r in enumerate(extra))]) if out is not None else None
+    try:
+        for pos, rec in items:
+            if sink is not None:
+                sink.write(pos + 1, rec)
+                rec = dict(rec, row=pos + 1)
+            got[pos] = rec
+            asked.append(rec)
+    finally:
+        if sink is not None:
+            sink.close()
+    records = [got[p] for p in range(len(rows)) if p in got]
+    return BattleRun(records, asked, kept=len(resume.kept), kept_errors=resume.kept_errors, outside_plan=len(extra))
