@@ -362,6 +362,7 @@ def test_cli_json_last_line_and_html(tmp_path: Path, capsys: pytest.CaptureFixtu
         assert len(e["ci"]) == 2
     # A judge that always answers "Answer 1" decides nothing: every battle a tie, every order flipped.
     assert last["position_flip_share"] == 1.0 and all(e["win_rate"] == 0.5 for e in board)
+    assert last["position_bias"]["first_position"] == 100.0  # every vote went to the caption shown first
     assert last["battles"]["planned"] == 12 and last["battles"]["asked"] == 12
     html = (tmp_path / "arena.html").read_text()
     assert "Leaderboard" in html and "shuffle" in html

@@ -67,7 +67,8 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
         load_model_files,
         parse_model_specs,
     )
-    from capjudge.cli import UsageError, _method_with_template, _preflight
+    from capjudge.cli import _method_with_template, _preflight
+    from capjudge.cli_errors import UsageError
     from capjudge.preflight import check_input
 
     method = _method_with_template(args.method, args.template, args.template_file)
@@ -99,7 +100,8 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
 def cmd_arena(args: argparse.Namespace) -> int:
     """``capjudge arena``: judge the battles, print the leaderboard."""
     from capjudge.arena.run import run_arena
-    from capjudge.cli import UsageError, _finish, _make_judge, _progress, _usage_rows
+    from capjudge.cli import _finish, _make_judge, _progress, _usage_rows
+    from capjudge.cli_errors import UsageError
     from capjudge.outfile import ResumeConflict
     from capjudge.summary import RunTally
 

@@ -46,8 +46,17 @@ class ArenaResult:
             "battles": counts,
             "missing": self.input.missing(),
             "unreadable_rows": len(self.input.bad_rows),
+            "position_bias": self.position_bias(),
             **{k: v for k, v in out.items() if k not in ("leaderboard", "battles")},
         }
+
+
+    def position_bias(self) -> dict[str, Any]:
+        """The judge's position-bias figures over the decided dual-sided battles
+        (:func:`capjudge.judges.voting.position_bias`: ``first_position``, ``flip_rate``, ...; in %)."""
+        from capjudge.judges.voting import position_bias
+
+        return position_bias([(r.get("verdict"), r.get("votes") or []) for r in self.battles if r.get("status") == "ok" and r.get("mode") == "pairwise"])
 
 
 def summary_notes(inp: ArenaInput, plan: Plan, run: BattleRun) -> list[str]:
