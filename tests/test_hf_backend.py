@@ -238,3 +238,14 @@ def test_fleur_code_equals_the_codes_arithmetic_on_generate_scores(hf_backend, e
         assert r.score == pytest.approx(expected, abs=1e-5), (outputs, r.raw)
         checked += 1
     assert checked >= 3
+
+
+def test_a_missing_optional_package_names_the_install_command() -> None:
+    from capjudge.backends.hf import missing_package_message
+
+    msg = missing_package_message("Qwen/Qwen2.5-VL-7B-Instruct", ImportError("Qwen2VLVideoProcessor requires the Torchvision library but it was not found in your environment."))
+    assert "pip install torchvision" in msg and "Qwen/Qwen2.5-VL-7B-Instruct" in msg
+    err = ImportError("No module named 'timm'")
+    err.name = "timm"
+    assert "pip install timm" in missing_package_message("m", err)
+    assert "a package it needs is missing" in missing_package_message("m", ImportError("something else"))

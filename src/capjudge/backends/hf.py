@@ -129,6 +129,8 @@ class HFBackend(Backend):
                 f"could not load HF model {model!r}: {exc}. Give a local folder, or download the model "
                 "first (huggingface-cli download ...); capjudge never downloads weights itself when offline."
             ) from exc
+        except ImportError as exc:
+            raise BackendError(missing_package_message(model, exc)) from exc
         # A quantised model is placed by its device_map and cannot be moved.
         self.net = (net if self.load_4bit else net.to(self.device)).eval()
         self.tokenizer = self.processor.tokenizer
@@ -458,6 +460,35 @@ def llava_4bit_settings(torch: Any) -> dict[str, Any]:
         "bnb_4bit_use_double_quant": True,
         "bnb_4bit_quant_type": "nf4",
     }
+
+
+# Packages that transformers asks for by name in its ImportError texts, and what to install.
+_INSTALL = {
+    "torchvision": "torchvision (the build that matches your torch: see pytorch.org)",
+    "accelerate": "accelerate",
+    "bitsandbytes": "bitsandbytes",
+    "timm": "timm",
+    "einops": "einops",
+    "sentencepiece": "sentencepiece",
+    "protobuf": "protobuf",
+}
+
+
+def missing_package_message(model: str, exc: ImportError) -> str:
+    """A load failure for a missing optional package, with the install command.
+
+    transformers raises e.g. ``Qwen2VLVideoProcessor requires the Torchvision library`` from the
+    processors of Qwen2/2.5/3-VL, LLaVA-OneVision, InternVL and Mistral 3 when torchvision is absent.
+    """
+    text = str(exc)
+    lowered = text.lower()
+    names = [name for name in _INSTALL if name in lowered]
+    name = getattr(exc, "name", None)
+    if not names and name and name.split(".")[0] in _INSTALL:
+        names = [name.split(".")[0]]
+    if not names:
+        return f"could not load HF model {model!r}: a package it needs is missing: {text}"
+    return f"could not load HF model {model!r}: it needs {', '.join(names)} ({text}): pip install " + " ".join(_INSTALL[n] for n in names)
 
 
 def check_4bit_packages() -> None:
