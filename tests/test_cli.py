@@ -113,8 +113,11 @@ def test_score_and_demo_on_the_tiny_hf_model(tiny_llava_dir: Path, tmp_path: Pat
     assert rc == 0
     printed = capsys.readouterr().out
     assert "MEANINGLESS" in printed
-    for name in ("fleur.jsonl", "visce2.jsonl", "ref-fleur.jsonl", "pairs.jsonl"):
+    for name in ("fleur.jsonl", "visce2.jsonl", "ref-fleur.jsonl", "pairs.jsonl", "pairs-grading.jsonl"):
         assert (tmp_path / "demo" / name).is_file()
+    # one run per results file: the pairwise and the grading comparison share the pairs' ids
+    assert {r["mode"] for r in read_jsonl(tmp_path / "demo" / "pairs.jsonl")} == {"pairwise"}
+    assert {r["mode"] for r in read_jsonl(tmp_path / "demo" / "pairs-grading.jsonl")} == {"grading"}
     demo_fleur = read_jsonl(tmp_path / "demo" / "fleur.jsonl")
     assert demo_fleur[-1]["status"] == "error" and "no-such-image.jpg" in demo_fleur[-1]["error"]
     assert any(r["smoothed"] for r in demo_fleur)

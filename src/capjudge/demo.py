@@ -90,7 +90,9 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
     pair_results = list(judge.compare_many(pairs))
     fleur = Judge("fleur", model, images_root=ex / "images", cache_dir=cache_dir)
     graded = list(fleur.compare_many(pairs, mode="grading"))
-    write_results(out_dir / "pairs.jsonl", pair_results + graded)
+    # One file per comparison mode: both use the pairs' ids, and one results file holds one run.
+    write_results(out_dir / "pairs.jsonl", pair_results)
+    write_results(out_dir / "pairs-grading.jsonl", graded)
     table = Table(title="pairwise A/B")
     for col in ("pair", "mode", "verdict", "votes / scores", "status"):
         table.add_column(col, overflow="fold")
@@ -101,7 +103,7 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
 
     explained = fleur.explain(samples[0])
     con.print(f"[bold]explain[/bold] {samples[0]['caption']!r}: score {explained.score}, why: {explained.explanation!r}")
-    con.print(f"results written to {out_dir}/ (fleur.jsonl, visce2.jsonl, ref-fleur.jsonl, pairs.jsonl)")
+    con.print(f"results written to {out_dir}/ (fleur.jsonl, visce2.jsonl, ref-fleur.jsonl, pairs.jsonl, pairs-grading.jsonl)")
     if tiny:
         con.print("[bold yellow]Reminder: tiny random model, meaningless scores. See README for real-model commands.[/bold yellow]")
     model.close()
