@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from capjudge._lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -48,9 +50,4 @@ if TYPE_CHECKING:
     from capjudge.types import PairResult, Sample, ScoreResult
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'capjudge' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

@@ -14,7 +14,7 @@ Modules, one job each: :mod:`~capjudge.arena.load` (the models' captions, matche
 
 from __future__ import annotations
 
-from typing import Any
+from capjudge._lazy import lazy_attributes
 
 _LAZY = {
     "run_arena": "capjudge.arena.run",
@@ -30,9 +30,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'capjudge.arena' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

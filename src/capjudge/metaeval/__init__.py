@@ -9,7 +9,9 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from capjudge._lazy import lazy_attributes
 
 # Imported lazily: the statistics pull in numpy and scipy, which `capjudge --help` and the other
 # commands must not pay for (see tests/test_startup.py).
@@ -125,15 +127,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        globals()[name] = value  # later look-ups skip this function
-        return value
-    raise AttributeError(f"module 'capjudge.metaeval' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

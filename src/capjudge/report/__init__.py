@@ -13,7 +13,7 @@ Nothing heavy is imported until a report is built.
 
 from __future__ import annotations
 
-from typing import Any
+from capjudge._lazy import lazy_attributes
 
 _LAZY = {
     "results_page": "capjudge.report.pages",
@@ -28,9 +28,4 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'capjudge.report' has no attribute {name!r}")
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
