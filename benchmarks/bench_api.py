@@ -290,6 +290,9 @@ def main() -> int:
     ap.add_argument("--concurrency", default="16,64", help="concurrencies (default 16,64)")
     ap.add_argument("--no-cache-off", action="store_true", help="skip the cache-off capjudge runs")
     ap.add_argument("--profile", metavar="cN", help="instead: cProfile one capjudge run (cache on) at concurrency N, print the top functions")
+    ap.add_argument("--profile-target", choices=("cache", "nocache", "sdk"), default="cache", help="what --profile profiles (default: capjudge with the cache on)")
+    ap.add_argument("--profile-clock", choices=("cpu", "wall"), default="cpu", help="--profile measures each thread's CPU time (default) or wall time")
+    ap.add_argument("--profile-lines", type=int, default=30, help=argparse.SUPPRESS)
     ap.add_argument("--records", metavar="FILE", help="write the records of the last capjudge run (input order) as JSONL")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = ap.parse_args()
@@ -332,17 +335,66 @@ def main() -> int:
         if args.profile:
             import cProfile
             import pstats
+            import threading
 
             c = int(args.profile.lstrip("c"))
+            # CPU time of each thread (GIL waits and I/O not counted), or wall time.
+            clock = time.thread_time if args.profile_clock == "cpu" else time.perf_counter
             run_capjudge(server.url, samples, c, work / "warm")
-            prof = cProfile.Profile()
-            prof.enable()
-            t, _ = run_capjudge(server.url, samples, c, work / "prof-cache")
-            prof.disable()
-            print(f"capjudge c={c} cache on: {t:.2f} s, {n / t:.0f} req/s (under the profiler)")
-            stats = pstats.Stats(prof).sort_stats("tottime")
-            stats.print_stats(40)
-            stats.sort_stats("cumulative").print_stats(60)
+            run_sdk(server.url, bodies, c)
+            # Every thread under its own profiler (the judge, the backend's event loop, the cache writer).
+            profiles: list[tuple[str, cProfile.Profile]] = []
+            thread_run = threading.Thread.run
+
+            def profiled_run(self: threading.Thread) -> None:
+                prof = cProfile.Profile(clock)
+                profiles.append((self.name, prof))
+                prof.enable()
+                try:
+                    thread_run(self)
+                finally:
+                    prof.disable()
+
+            def timed_run(self: threading.Thread) -> None:
+                t0 = time.thread_time()
+                try:
+                    thread_run(self)
+                finally:
+                    cpu_by_thread.append((self.name, time.thread_time() - t0))
+
+            cpu_by_thread: list[tuple[str, float]] = []
+            threading.Thread.run = timed_run  # type: ignore[method-assign]
+            for target in ("sdk", "cache", "nocache"):
+                cpu_by_thread.clear()
+                m0, p0 = time.thread_time(), time.process_time()
+                if target == "sdk":
+                    t = run_sdk(server.url, bodies, c)
+                else:
+                    t, _ = run_capjudge(server.url, samples, c, work / f"cpu-{target}" if target == "cache" else None)
+                m1, p1 = time.thread_time(), time.process_time()
+                threads = ", ".join(f"{name} {1000 * v / n:.2f}" for name, v in cpu_by_thread if v > 0.001)
+                print(f"{target} c={c}: {t:.2f} s, {n / t:.0f} req/s, CPU ms/request: process {1000 * (p1 - p0) / n:.2f}, main {1000 * (m1 - m0) / n:.2f}, {threads}")
+            threading.Thread.run = profiled_run  # type: ignore[method-assign]
+            main_prof = cProfile.Profile(clock)
+            profiles.append(("main", main_prof))
+            target = args.profile_target
+            cpu0 = time.process_time()
+            main_prof.enable()
+            if target == "sdk":
+                t = run_sdk(server.url, bodies, c)
+            else:
+                t, _ = run_capjudge(server.url, samples, c, work / "prof-cache" if target == "cache" else None)
+            main_prof.disable()
+            cpu = time.process_time() - cpu0
+            threading.Thread.run = thread_run  # type: ignore[method-assign]
+            print(f"{target} c={c}: {t:.2f} s, {n / t:.0f} req/s, client CPU {cpu:.2f} s = {1000 * cpu / n:.2f} ms/request (under the profiler)")
+            for name, prof in profiles:
+                stats = pstats.Stats(prof)
+                if not stats.total_tt:
+                    continue
+                print(f"\n===== thread {name}: {stats.total_tt:.2f} s")
+                stats.sort_stats("tottime").print_stats(args.profile_lines)
+                stats.sort_stats("cumulative").print_stats(args.profile_lines)
             return 0
 
         ceiling = statistics.median(server_ceiling(server.port, raw) for _ in range(3))
