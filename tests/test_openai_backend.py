@@ -312,6 +312,34 @@ def test_malformed_json_retried_then_reported(server: FakeOpenAIServer) -> None:
     assert isinstance(err, BackendError) and "malformed" in str(err)
 
 
+def test_answers_that_are_not_chat_completions_are_retried_then_reported(server: FakeOpenAIServer) -> None:
+    server.push(Reply(body={"object": "chat.completion", "choices": []}), Reply(body=[1, 2]), Reply(body={"error": None}))
+    with compat(server, max_retries=2) as b:
+        (err,) = b.generate([req("a")])
+    assert isinstance(err, BackendError) and "holds no choices" in str(err) and server.count == 3
+
+
+def test_the_body_sent_is_what_the_sdk_create_sends(server: FakeOpenAIServer) -> None:
+    """Requests go through the SDK client's ``post`` with capjudge's body (skipping ``create``'s
+    walk over typed dicts and its pydantic answer): the server sees the same request."""
+    import asyncio
+
+    request = Request(
+        (Message("system", "Be a judge."), Message("user", "Rate this caption.", (load_image(png_bytes()),))),
+        GenerationConfig(max_new_tokens=9, top_logprobs=4, seed=1, stop=("\n",)),
+    )
+    with compat(server, detail="high", extra_body={"repeat_penalty": 1.1, "top_logprobs": 3}) as b:
+        out = b.generate_one(request)
+        params = b._params(request, with_logprobs=True)
+        extra = params.pop("extra_body")
+        asyncio.run(type(b._client)(api_key=KEY, base_url=server.base_url, max_retries=0).chat.completions.create(**params, extra_body=extra))
+    ours, sdks = server.received
+    assert ours.body == sdks.body and ours.body["top_logprobs"] == 3 and ours.body["repeat_penalty"] == 1.1
+    skip = {"content-length", "x-stainless-retry-count", "x-stainless-read-timeout", "x-stainless-timeout"}
+    assert {k: v for k, v in ours.headers.items() if k not in skip} == {k: v for k, v in sdks.headers.items() if k not in skip}
+    assert out.logprobs and out.meta["response_id"] == "chatcmpl-fake" and out.usage is not None
+
+
 def test_slow_answer_times_out_and_is_retried(server: FakeOpenAIServer) -> None:
     server.push(Reply(delay=1.5))
     with compat(server, timeout=0.3) as b:
