@@ -340,6 +340,28 @@ def test_the_body_sent_is_what_the_sdk_create_sends(server: FakeOpenAIServer) ->
     assert out.logprobs and out.meta["response_id"] == "chatcmpl-fake" and out.usage is not None
 
 
+def test_an_image_is_encoded_once_for_all_its_captions(server: FakeOpenAIServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    import base64
+
+    from capjudge import Judge, Sample
+
+    encodes: list[int] = []
+    real = base64.b64encode
+
+    def counting(data: bytes, *args: Any) -> bytes:
+        encodes.append(len(data))
+        return real(data, *args)
+
+    monkeypatch.setattr(base64, "b64encode", counting)
+    image = png_bytes((10, 200, 10), (40, 30))
+    with Judge("fleur", compat(server, concurrency=3)) as judge:
+        results = list(judge.score_many([Sample(image, f"caption number {i}") for i in range(6)]))
+    assert all(r.ok for r in results) and server.count == 6
+    assert encodes == [len(image)]  # one data URL for the six requests
+    urls = {m["content"][0]["image_url"]["url"] for r in server.received for m in r.body["messages"] if isinstance(m["content"], list)}
+    assert len(urls) == 1
+
+
 def test_slow_answer_times_out_and_is_retried(server: FakeOpenAIServer) -> None:
     server.push(Reply(delay=1.5))
     with compat(server, timeout=0.3) as b:

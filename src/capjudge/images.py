@@ -39,6 +39,7 @@ class LoadedImage:
     mime: str = "image/png"
     url: str | None = None
     _pil: PILImage.Image | None = field(default=None, repr=False, compare=False)
+    _data_url: str | None = field(default=None, init=False, repr=False, compare=False)  # data_url(), made once
 
     def pil(self) -> PILImage.Image:
         """The picture as an RGB PIL image (decoded lazily, downloaded if it is a URL)."""
@@ -52,10 +53,14 @@ class LoadedImage:
         return img
 
     def data_url(self) -> str:
-        """A ``data:`` URL of the encoded bytes (what the OpenAI protocol accepts)."""
+        """A ``data:`` URL of the encoded bytes (what the OpenAI protocol accepts). Encoded once
+        per image and kept: every caption of the image sends the same string."""
         if self.url and not self.data:
             return self.url
-        return f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}"
+        if self._data_url is None:
+            object.__setattr__(self, "_data_url", f"data:{self.mime};base64,{base64.b64encode(self.data).decode('ascii')}")
+        assert self._data_url is not None
+        return self._data_url
 
 
 _MIME = {"JPEG": "image/jpeg", "PNG": "image/png", "GIF": "image/gif", "WEBP": "image/webp", "BMP": "image/bmp"}
