@@ -10,6 +10,7 @@ import textwrap
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -259,3 +260,127 @@ def test_cache_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = parser.parse_args(["cache", "clear", "--cache-dir", str(tmp_path)])
     assert args.func(args) == 0 and "removed 2" in capsys.readouterr().out
     assert len(ResponseCache(tmp_path)) == 0
+
+
+# -- answers of submit(): stored in batches by one writer, before the caller sees them ------------
+class Held(Backend):
+    """A concurrent backend whose answers the test hands out: ``submit`` returns a future that
+    :meth:`answer` finishes (from another thread, as an API backend's event loop would)."""
+
+    kind = "held"
+    model = "held-1"
+    spec = "held:held-1"
+
+    def __init__(self) -> None:
+        import concurrent.futures
+
+        self.futures: dict[str, concurrent.futures.Future[Completion | BaseException]] = {}
+        self.submitted = 0
+
+    def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
+        raise AssertionError("only submit() is used here")
+
+    def submit(self, request: Request) -> Any:
+        import concurrent.futures
+
+        self.submitted += 1
+        fut: concurrent.futures.Future[Completion | BaseException] = concurrent.futures.Future()
+        self.futures[request.messages[-1].content] = fut
+        return fut
+
+    def answer(self, *texts: str) -> None:
+        import threading
+
+        def finish() -> None:
+            for t in texts:
+                if self.futures[t].cancelled():  # its caller gave up
+                    continue
+                out: Completion | BaseException = BackendError(f"no answer to {t}") if "fail" in t else Completion(text=f"0.5 for {t}", model=self.model)
+                self.futures[t].set_result(out)
+
+        thread = threading.Thread(target=finish)
+        thread.start()
+        thread.join()
+
+
+def test_submitted_answers_are_stored_in_batches_before_the_caller_sees_them(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import threading
+
+    inner = Held()
+    backend = CachedBackend(inner, tmp_path)
+    batches: list[list[str]] = []
+    first_batch_started, go_on = threading.Event(), threading.Event()
+    set_many = ResponseCache.set_many
+
+    def recording(self: ResponseCache, items: Sequence[tuple[str, Completion]], **kw: Any) -> int:
+        batches.append([c.text for _, c in items])
+        if len(batches) == 1:
+            first_batch_started.set()
+            assert go_on.wait(30)  # the writer is busy: the next answers wait for the next batch
+        return set_many(self, items, **kw)
+
+    monkeypatch.setattr(ResponseCache, "set_many", recording)
+    texts = [f"caption {i}" for i in range(10)] + ["fail 10"]
+    futures = [backend.submit(req(t)) for t in texts]
+    inner.answer("caption 0")
+    assert first_batch_started.wait(30)
+    inner.answer(*texts[1:])  # all arrive while the first batch is being written
+    assert not any(f.done() for f in futures)  # nobody sees an answer before it is stored
+    go_on.set()
+    outs = [f.result(timeout=30) for f in futures]
+    assert batches == [["0.5 for caption 0"], [f"0.5 for caption {i}" for i in range(1, 10)]]  # one transaction for nine
+    assert isinstance(outs[-1], BackendError) and all(isinstance(o, Completion) for o in outs[:-1])
+    assert backend.cache.stats()["writes"] == 10
+    backend.close()
+
+    again = CachedBackend(Held(), tmp_path)  # a re-run: everything that was answered comes from the cache
+    hits = [again.submit(req(t)).result(timeout=30) for t in texts[:-1]]
+    assert again.inner.submitted == 0 and all(isinstance(h, Completion) and h.cached for h in hits)
+    assert [h.text for h in hits] == [o.text for o in outs[:-1]]  # type: ignore[union-attr]
+    again.close()
+
+
+def test_the_answer_a_caller_sees_is_already_in_the_cache(tmp_path: Path) -> None:
+    inner = Held()
+    backend = CachedBackend(inner, tmp_path)
+    seen: list[bool] = []
+    futures = {t: backend.submit(req(t)) for t in ("a", "b", "c", "d")}
+    for t, fut in futures.items():
+        fut.add_done_callback(lambda _f, t=t: seen.append(inner.cache_key(req(t)) in backend.cache))
+    inner.answer("a", "b", "c", "d")
+    assert [fut.result(timeout=30).text for fut in futures.values()] == [f"0.5 for {t}" for t in "abcd"]  # type: ignore[union-attr]
+    backend.close()  # waits for the writer, whose thread ran the callbacks
+    assert seen == [True] * 4
+
+
+def test_a_batch_that_cannot_be_committed_still_stores_what_it_can_and_answers_all(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cache = ResponseCache(tmp_path)
+    real_set = cache._cache.set
+
+    def failing(key: str, value: Any, **kw: Any) -> Any:
+        if value["completion"]["text"] == "bad":
+            raise OSError("disk full")
+        return real_set(key, value, **kw)
+
+    monkeypatch.setattr(cache._cache, "set", failing)
+    items = [("k1", Completion(text="good 1")), ("k2", Completion(text="bad")), ("k3", Completion(text="good 3"))]
+    assert cache.set_many(items) == 2  # the transaction rolled back; one by one, the good ones are stored
+    assert cache.get("k1").text == "good 1" and cache.get("k3").text == "good 3" and cache.get("k2") is None  # type: ignore[union-attr]
+
+    inner = Held()
+    backend = CachedBackend(inner, cache)
+    futures = [backend.submit(req(t)) for t in ("x", "y")]
+    monkeypatch.setattr(ResponseCache, "set_many", lambda *a, **k: (_ for _ in ()).throw(OSError("disk gone")))
+    inner.answer("x", "y")
+    assert [f.result(timeout=30).text for f in futures] == ["0.5 for x", "0.5 for y"]  # type: ignore[union-attr]
+    backend.close()
+
+
+def test_a_cancelled_caller_does_not_stop_the_writer(tmp_path: Path) -> None:
+    inner = Held()
+    backend = CachedBackend(inner, tmp_path)
+    first, second = backend.submit(req("first")), backend.submit(req("second"))
+    assert first.cancel()
+    inner.answer("first", "second")
+    assert second.result(timeout=30).text == "0.5 for second"  # type: ignore[union-attr]
+    backend.close()

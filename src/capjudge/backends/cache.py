@@ -21,6 +21,7 @@ import contextlib
 import os
 import threading
 import time
+from collections import deque
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -29,6 +30,7 @@ from capjudge.backends.base import Backend, Capabilities, Completion, Request
 from capjudge.redact import scrub_data
 
 FORMAT_VERSION = 1
+_WRITE_BATCH = 256  # most answers stored in one transaction
 
 
 def default_cache_dir() -> Path:
@@ -50,8 +52,9 @@ class ResponseCache:
 
         self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir()
         self.directory.mkdir(parents=True, exist_ok=True)
-        # A generous SQLite timeout: several processes may write at once.
-        self._cache = diskcache.Cache(str(self.directory), timeout=60, size_limit=2**40)
+        # A generous SQLite timeout: several processes may write at once. Nothing is ever evicted
+        # (no expiry, a 1 TiB size limit), so culling is off: it cost two queries per write.
+        self._cache = diskcache.Cache(str(self.directory), timeout=60, size_limit=2**40, cull_limit=0)
         self._lock = threading.Lock()
         self.hits = 0
         self.misses = 0
@@ -79,11 +82,38 @@ class ResponseCache:
 
     def set(self, key: str, completion: Completion, *, metadata: dict[str, Any] | None = None) -> None:
         """Store ``completion.to_dict()`` (the raw answer) with when and by what it was made."""
-        # Scrubbed: an answer's metadata can quote a server message that echoed the API key.
-        entry = {"v": FORMAT_VERSION, "completion": scrub_data(completion.to_dict()), "created": time.time(), "meta": scrub_data(metadata or {})}
-        self._cache.set(key, entry, retry=True)
+        self._cache.set(key, self._entry(completion, scrub_data(metadata or {})), retry=True)
         with self._lock:
             self.writes += 1
+
+    def set_many(self, items: Sequence[tuple[str, Completion]], *, metadata: dict[str, Any] | None = None) -> int:
+        """Store several answers in one transaction (one commit); returns how many were stored.
+
+        If the transaction fails (a full disk, a broken entry), each answer is tried on its own,
+        so that one that cannot be written does not lose the others."""
+        if not items:
+            return 0
+        meta = scrub_data(metadata or {})
+        entries = [(key, self._entry(completion, meta)) for key, completion in items]
+        stored = 0
+        try:
+            with self._cache.transact(retry=True):
+                for key, entry in entries:
+                    self._cache.set(key, entry, retry=True)
+            stored = len(entries)
+        except Exception:  # noqa: BLE001 - rolled back: one by one
+            for key, entry in entries:
+                with contextlib.suppress(Exception):
+                    self._cache.set(key, entry, retry=True)
+                    stored += 1
+        with self._lock:
+            self.writes += stored
+        return stored
+
+    @staticmethod
+    def _entry(completion: Completion, meta: dict[str, Any]) -> dict[str, Any]:
+        # Scrubbed: an answer's metadata can quote a server message that echoed the API key.
+        return {"v": FORMAT_VERSION, "completion": scrub_data(completion.to_dict()), "created": time.time(), "meta": meta}
 
     def __contains__(self, key: str) -> bool:
         return key in self._cache
@@ -123,9 +153,12 @@ class CachedBackend(Backend):
         self.cache = cache if isinstance(cache, ResponseCache) else ResponseCache(cache)
         self.read = read
         self.write = write
-        # Answers of submit() are stored by one writer thread, off the backend's own threads.
+        # Answers of submit() are stored by one writer thread, off the backend's own threads: each
+        # time it runs, it stores every answer that arrived meanwhile in one transaction.
         self._writer: concurrent.futures.ThreadPoolExecutor | None = None
         self._writer_lock = threading.Lock()
+        self._pending: deque[tuple[str, concurrent.futures.Future[Completion | BaseException], concurrent.futures.Future[Completion | BaseException]]] = deque()
+        self._draining = False
 
     # Delegate what identifies the backend, so results name the real model.
     @property  # type: ignore[override]
@@ -194,7 +227,11 @@ class CachedBackend(Backend):
 
     def submit(self, request: Request) -> concurrent.futures.Future[Completion | BaseException]:
         """A cache hit as a finished future; a miss goes to the wrapped backend, and its future
-        finishes once the answer is stored (so an answer a caller sees is already in the cache)."""
+        finishes once the answer is stored (so an answer a caller sees is already in the cache).
+
+        Answers are stored by one writer thread, in batches: every answer that arrives while a
+        batch is being written goes into the next one, in one transaction (one commit for many
+        answers, instead of one each). An answer waits for nothing but the batch it is in."""
         key = self._key(request) if isinstance(request, Request) else None
         hit = self.cache.get(key) if key is not None and self.read else None
         if hit is not None:
@@ -205,19 +242,41 @@ class CachedBackend(Backend):
         if key is None or not self.write:
             return inner
         outer: concurrent.futures.Future[Completion | BaseException] = concurrent.futures.Future()
-
-        def store_then_finish(fut: concurrent.futures.Future[Completion | BaseException]) -> None:
-            try:
-                out = fut.result()
-            except BaseException as exc:  # noqa: BLE001 - cancelled or broken: the request's error
-                out = exc
-            self._store(key, out)
-            if not outer.cancelled():
-                outer.set_result(out)
-
-        inner.add_done_callback(lambda fut: self._writer_pool().submit(store_then_finish, fut))
+        inner.add_done_callback(lambda fut: self._enqueue(key, fut, outer))
         outer.add_done_callback(lambda fut: inner.cancel() if fut.cancelled() else None)  # caller gave up
         return outer
+
+    def _enqueue(self, key: str, inner: concurrent.futures.Future[Completion | BaseException], outer: concurrent.futures.Future[Completion | BaseException]) -> None:
+        """Hand an answered request to the writer (which starts a batch unless one is running)."""
+        with self._writer_lock:
+            self._pending.append((key, inner, outer))
+            if self._draining:
+                return  # the running batch picks it up when it is done
+            self._draining = True
+        self._writer_pool().submit(self._drain)
+
+    def _drain(self) -> None:
+        """Store everything pending, batch after batch, then finish the callers' futures."""
+        while True:
+            with self._writer_lock:
+                if not self._pending:
+                    self._draining = False
+                    return
+                batch = [self._pending.popleft() for _ in range(min(len(self._pending), _WRITE_BATCH))]
+            outs: list[Completion | BaseException] = []
+            for _, inner, _ in batch:
+                try:
+                    outs.append(inner.result())
+                except BaseException as exc:  # noqa: BLE001 - cancelled or broken: the request's error
+                    outs.append(exc)
+            answers = [(key, out) for (key, _, _), out in zip(batch, outs) if isinstance(out, Completion)]
+            if answers:
+                # A full disk must not lose the answers: they are still returned.
+                with contextlib.suppress(Exception):
+                    self.cache.set_many(answers, metadata={"backend": self.inner.identity()})
+            for (_, _, outer), out in zip(batch, outs):
+                with contextlib.suppress(concurrent.futures.InvalidStateError):  # the caller cancelled it
+                    outer.set_result(out)
 
     def _writer_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._writer_lock:
