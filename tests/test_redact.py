@@ -45,6 +45,30 @@ def test_scrub_masks_registered_secrets_and_credential_shapes() -> None:
     assert scrub("short answers") == "short answers"
 
 
+@pytest.mark.parametrize(
+    "text",
+    [
+        "authorization: BEARER abcdefghijkl0123",
+        "AUTHORIZATION: bEaReR abcdefghijkl0123 and X-Api-Key=zyxwvutsrq987",
+        '{"API_KEY": "0123456789abcdef", "note": "sk-abcdefghijklmnop0123456789"}',
+        "caf\u00e9 said Bearer abcdefghijkl0123, api-key: 0123456789abcdef, sk-abcdefghijklmnop0123456789",
+        "api-\u212aey: 0123456789abcdef",  # the Kelvin sign matches k case-insensitively
+        "a FLEUR answer: 0.75, tokens 0 . 7 5; nothing secret " * 40,
+        "sk-short and bearer short and api key",
+    ],
+)
+def test_scrub_masks_what_every_shape_would_mask(text: str) -> None:
+    """The shapes are only searched in texts that hold their trigger word: same result as always
+    searching them."""
+    from capjudge import redact
+
+    expected = text
+    for pattern, replacement, *_ in redact._SHAPES:
+        expected = pattern.sub(replacement, expected)
+    assert scrub(text) == expected
+    assert (expected != text) == ("0123" in text or "987" in text)
+
+
 def test_scrub_reads_the_key_variables(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AZURE_OPENAI_API_KEY", "azurekey0123456789")
     assert scrub("echo azurekey0123456789") == f"echo {MASK}"

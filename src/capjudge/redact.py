@@ -31,11 +31,14 @@ _secrets: set[str] = set()
 _lock = threading.Lock()
 
 # Shapes of credentials. The token character classes exclude quotes and backslashes, so masking
-# inside JSON text keeps it valid JSON.
-_SHAPES: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK),
-    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "sk-" + MASK),
-    (re.compile(r"""(?i)\b((?:x-)?api[-_]key["']?\s*[:=]\s*["']?)[A-Za-z0-9._~+/=-]{8,}"""), r"\1" + MASK),
+# inside JSON text keeps it valid JSON. Each shape comes with a text it cannot match without
+# (in ASCII text, lower-cased for the case-insensitive ones): a case-insensitive search scans
+# every position (~0.1 ms per KB), a substring test is ~100 times faster, and most texts
+# (answers, records, cache entries) hold none of them.
+_SHAPES: tuple[tuple[re.Pattern[str], str, str, bool], ...] = (
+    (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK, "bearer", True),
+    (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "sk-" + MASK, "sk-", False),
+    (re.compile(r"""(?i)\b((?:x-)?api[-_]key["']?\s*[:=]\s*["']?)[A-Za-z0-9._~+/=-]{8,}"""), r"\1" + MASK, "api", True),
 )
 # " at 0x7f3a2c1b0d90" in object reprs: different in every run.
 _ADDRESS = re.compile(r"\s+at\s+0x[0-9a-fA-F]{4,}")
@@ -66,8 +69,13 @@ def scrub(text: str) -> str:
     for secret in _known_secrets():
         if secret in text:
             text = text.replace(secret, MASK)
-    for pattern, replacement in _SHAPES:
-        text = pattern.sub(replacement, text)
+    # Outside ASCII, case-insensitive matching knows more equivalences than str.lower (the Kelvin
+    # sign matches "k"): every shape is searched. A mask never makes a trigger appear.
+    ascii_text = text.isascii()
+    lower = text.lower() if ascii_text else text
+    for pattern, replacement, trigger, folded in _SHAPES:
+        if not ascii_text or trigger in (lower if folded else text):
+            text = pattern.sub(replacement, text)
     return text
 
 
