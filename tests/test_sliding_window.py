@@ -145,6 +145,39 @@ def test_window_and_batches_make_the_same_records(method: str) -> None:
     assert sum(r.ok for _, r in windowed) == 9 and "not found" in (windowed[-1][1].error or "")
 
 
+def test_images_of_the_next_groups_are_loaded_ahead_in_another_thread(tmp_path: Any, corrupt_image: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The judge's thread reads answers and sends requests; the next groups' pictures are read,
+    hashed and decoded meanwhile by a loader thread, each once, with the same error records."""
+    from capjudge.judges.judge import Judge as JudgeClass
+
+    paths = []
+    for k in range(6):
+        path = tmp_path / f"img{k}.png"
+        path.write_bytes(png((40 * k, 100, 30)))
+        paths.append(path)
+    paths.insert(3, corrupt_image)
+    samples = [Sample(str(p), f"caption {j} of {p.name}", id=f"{p.name}-{j}") for p in paths for j in range(3)]
+    loads: list[tuple[str, str]] = []
+    real_load = JudgeClass._load
+
+    def recording(self: Any, image: Any) -> Any:
+        loads.append((str(image), threading.current_thread().name))
+        return real_load(self, image)
+
+    monkeypatch.setattr(JudgeClass, "_load", recording)
+    with running_server() as srv:
+        judge = judge_on(srv, "fleur", concurrency=2)
+        results = list(judge.score_many(samples))
+        judge.close()
+    assert sorted(image for image, _ in loads) == sorted(str(p) for p in paths)  # each picture once
+    threads = dict(loads)
+    assert threads.pop(str(paths[0])) == threading.current_thread().name  # the first, at once
+    assert all(thread.startswith("capjudge-images") for thread in threads.values())
+    broken = [r for r in results if not r.ok]
+    assert len(broken) == 3 and all("corrupt.jpg" in (r.error or "") and "could not be decoded" in (r.error or "") for r in broken)
+    assert sum(r.ok for r in results) == 18 and srv.count == 18
+
+
 def test_dual_sided_comparison_through_the_window(release: threading.Event) -> None:
     def answer(req: Received) -> Reply:
         reply = default_responder(req)

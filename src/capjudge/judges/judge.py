@@ -229,12 +229,7 @@ class Judge:
         key = image_key(sample.image)
         loaded = images.get(key) if images is not None and key is not None else None
         if loaded is None:
-            try:
-                loaded = load_image(sample.image, root=self.images_root)
-            except ImageError as exc:
-                loaded = str(exc)
-            except Exception as exc:  # noqa: BLE001 - any unreadable input becomes a record
-                loaded = f"image {image_label(sample.image)!r} could not be loaded: {type(exc).__name__}: {exc}"
+            loaded = self._load(sample.image)
             if images is not None and key is not None:
                 images[key] = loaded
         if isinstance(loaded, str):
@@ -242,6 +237,15 @@ class Judge:
         else:
             prep.image = loaded
         return prep
+
+    def _load(self, image: Any) -> LoadedImage | str:
+        """The image loaded (read, hashed, decoded), or the error text its samples get."""
+        try:
+            return load_image(image, root=self.images_root)
+        except ImageError as exc:
+            return str(exc)
+        except Exception as exc:  # noqa: BLE001 - any unreadable input becomes a record
+            return f"image {image_label(image)!r} could not be loaded: {type(exc).__name__}: {exc}"
 
     # ------------------------------------------------------------------ parsing
     def _parse_safely(self, prep: _Prepared, out: Completion) -> ScoreResult:
