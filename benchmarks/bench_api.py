@@ -46,6 +46,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _machine import cpu_name  # benchmarks/ is on sys.path when a script runs
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "bench-model"
 
@@ -269,14 +271,7 @@ def check(results: list[Any], n: int) -> None:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    cpu = cpu_name()
     return f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}"
 
 
