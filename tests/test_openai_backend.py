@@ -179,7 +179,8 @@ def test_fleur_smoothing_with_merged_digit_tokens(server: FakeOpenAIServer) -> N
     first = [0.0] * 10
     first[8], first[7] = 0.8, 0.2
     second = [0.0] * 10
-    second[5], second[0] = 0.5, 0.3  # "75" does not share the printed first digit "8"
+    # given the printed first digit "8" (mass 0.8; "75" does not share it): 0.5 / 0.8 and 0.3 / 0.8
+    second[5], second[0] = 0.5 / 0.8, 0.3 / 0.8
     assert smoothed.score == pytest.approx(expected_digit_score(first, second), abs=1e-9)
 
 

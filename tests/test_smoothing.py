@@ -91,16 +91,52 @@ def test_smooth_rejects_non_scores() -> None:
 
 def test_smooth_from_top_logprobs_with_merged_digit_tokens() -> None:
     # A GPT-style tokenizer writes "0.85" as "0", ".", "85": the first decimal's distribution comes
-    # from the leading digit of each alternative, the second from alternatives sharing that digit.
+    # from the leading digit of each alternative, the second from the alternatives sharing that
+    # digit, given that digit (their mass 0.8 is the condition).
     top = (("85", math.log(0.6)), ("80", math.log(0.2)), ("9", math.log(0.1)), ("hello", math.log(0.1)))
     steps = [TokenStep("0", 0.0, top=(("0", 0.0),)), TokenStep(".", 0.0, top=((".", 0.0),)), TokenStep("85", math.log(0.6), top=top)]
     first = digit_distribution(steps[2], 0)
     assert first is not None and first[8] == pytest.approx(0.8) and first[9] == pytest.approx(0.1)
     second = digit_distribution(steps[2], 1)
-    assert second is not None and second[5] == pytest.approx(0.6) and second[0] == pytest.approx(0.2)
+    assert second is not None and second[5] == pytest.approx(0.75) and second[0] == pytest.approx(0.25)
     sm = smooth_from_steps(steps)
     assert sm is not None
-    assert sm.score == pytest.approx(0.1 * (8 * 0.8 + 9 * 0.1) + 0.01 * (5 * 0.6))
+    assert sm.score == pytest.approx(0.1 * (8 * 0.8 + 9 * 0.1) + 0.01 * (5 * 0.75))
+
+
+def test_merged_and_per_digit_tokenizations_of_one_joint_distribution_smooth_alike() -> None:
+    """P(first = d) and P(second = x | first = d) define one joint distribution; a per-digit
+    tokenizer shows it over two steps, a digit-merging one (LLaMA-3, GPT-4o) in one step of
+    tokens "d" (the answer stops) and "dx". Both must give the same smoothed score."""
+    import random
+
+    rng = random.Random(7)
+    first = [rng.random() for _ in range(10)]
+    z = sum(first) / 0.95  # 5% of the mass on tokens that are no digit
+    first = [p / z for p in first]
+    cond = {}
+    for d in range(10):
+        row = [rng.random() for _ in range(10)] + [rng.random()]  # ten digits and "stop here"
+        zz = sum(row)
+        cond[d] = [p / zz for p in row]
+    printed_first, printed_second = 6, 3
+    per_digit = [
+        TokenStep("0", 0.0, top=(("0", 0.0),)),
+        TokenStep(".", 0.0, top=((".", 0.0),)),
+        TokenStep(str(printed_first), math.log(first[printed_first]), top=tuple((str(d), math.log(first[d])) for d in range(10)) + (("x", math.log(0.05)),)),
+        TokenStep(str(printed_second), math.log(cond[printed_first][printed_second]), top=tuple((str(x), math.log(cond[printed_first][x])) for x in range(10)) + (("</s>", math.log(cond[printed_first][10])),)),
+    ]
+    merged_top = [("x", math.log(0.05))]
+    for d in range(10):
+        merged_top.append((str(d), math.log(first[d] * cond[d][10])))
+        merged_top += [(f"{d}{x}", math.log(first[d] * cond[d][x])) for x in range(10)]
+    chosen = f"{printed_first}{printed_second}"
+    merged = [per_digit[0], per_digit[1], TokenStep(chosen, math.log(first[printed_first] * cond[printed_first][printed_second]), top=tuple(merged_top))]
+    a = smooth_from_steps(per_digit)
+    b = smooth_from_steps(merged)
+    assert a is not None and b is not None
+    assert b.score == pytest.approx(a.score, abs=1e-12)
+    assert b.first == pytest.approx(a.first, abs=1e-12) and b.second == pytest.approx(a.second, abs=1e-12)
 
 
 @pytest.mark.parametrize(

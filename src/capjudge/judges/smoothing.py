@@ -68,6 +68,12 @@ def digit_distribution(step: TokenStep, char_index: int = 0) -> list[float] | No
     chosen token is a single digit; otherwise built from the step's top alternatives: a candidate
     that is all digits contributes its probability to its character at ``char_index`` (tokenizers
     that merge digits, e.g. ``"85"``), and candidates not in the list count as probability 0.
+
+    A digit inside a merged token (``char_index > 0``: the ``5`` of ``"85"``) gets the distribution
+    *given the digits printed before it*, as a per-digit tokenizer gives it at its own step: the
+    alternatives that start with those digits, divided by their total mass (the bare ``"8"``
+    included, whose answer stops or goes on at a later step). Two tokenizations of the same joint
+    distribution thus smooth to the same score.
     Returns ``None`` when the step has no probabilities at all.
     """
     chosen = _token_text(step.token).strip()
@@ -77,11 +83,19 @@ def digit_distribution(step: TokenStep, char_index: int = 0) -> list[float] | No
         return None
     probs = [0.0] * 10
     prefix = chosen[:char_index]
+    given = 0.0  # mass of the alternatives that print the same digits before char_index
     for tok, lp in step.top:
         text = _token_text(tok).strip()
         # ASCII digits only: str.isdigit() is also true for "²" or "٣", which are no decimal digit.
-        if len(text) > char_index and text.isascii() and text.isdigit() and text[:char_index] == prefix:
+        if not (text.isascii() and text.isdigit() and text[:char_index] == prefix and len(text) >= max(char_index, 1)):
+            continue
+        given += math.exp(lp)
+        if len(text) > char_index:
             probs[DIGITS.index(text[char_index])] += math.exp(lp)
+    if char_index > 0:
+        if given <= 0.0:
+            return None
+        probs = [p / given for p in probs]
     return probs
 
 
