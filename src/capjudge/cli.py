@@ -55,10 +55,8 @@ def _parse_options(items: Sequence[str] | None, flag: str = "--backend-opt") -> 
     return out
 
 
-def _progress(items: Iterable[T], total: int | None, label: str, quiet: bool, done: int = 0) -> Iterator[T]:
-    if quiet:
-        yield from items
-        return
+def progress_bar(label_format: str = "[bold]{task.description}") -> Any:
+    """A rich progress bar on stderr (label, bar, done/total, elapsed, remaining), not yet started."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -68,15 +66,15 @@ def _progress(items: Iterable[T], total: int | None, label: str, quiet: bool, do
         TimeRemainingColumn,
     )
 
-    with Progress(
-        TextColumn("[bold]{task.description}"),
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        TimeRemainingColumn(),
-        console=_console(),
-        transient=False,
-    ) as bar:
+    columns = (TextColumn(label_format), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
+    return Progress(*columns, console=_console(), transient=False)
+
+
+def _progress(items: Iterable[T], total: int | None, label: str, quiet: bool, done: int = 0) -> Iterator[T]:
+    if quiet:
+        yield from items
+        return
+    with progress_bar() as bar:
         task = bar.add_task(label, total=total, completed=done)
         for item in items:
             yield item

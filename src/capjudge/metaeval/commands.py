@@ -105,19 +105,9 @@ def _bootstrap_bars(paths: Sequence[str], resamples: int, quiet: bool) -> Iterat
     if quiet or resamples <= 0:
         yield lambda _i: None
         return
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from capjudge.cli import progress_bar
 
-    from capjudge.cli import _console
-
-    columns = (TextColumn("bootstrap {task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-    with Progress(*columns, console=_console(), transient=False) as progress:
+    with progress_bar("bootstrap {task.description}") as progress:
         tasks = [progress.add_task(Path(p).name, total=resamples) for p in paths]
         yield lambda i: (lambda: progress.advance(tasks[i]))
 
