@@ -263,14 +263,6 @@ def _finish(tally: Any) -> int:
     return EXIT_BACKEND
 
 
-def _bypass_cache(judge: Any) -> Any:
-    """Within the block, answers are asked again even when cached (``--retry-errors``)."""
-    from contextlib import nullcontext
-
-    bypass = getattr(judge.backend, "bypass_reads", None)
-    return bypass() if callable(bypass) else nullcontext()
-
-
 def _resume_plan(args: argparse.Namespace, rows: Sequence[Any], key: Callable[[dict[str, Any]], Any], run: dict[str, Any]) -> Any:
     """What is kept from ``--out`` (nothing with ``--overwrite``); a conflict is a usage error."""
     from capjudge.io import BadRow
@@ -296,6 +288,7 @@ def _run_rows(
     """Judge the rows ``plan`` does not keep and write each record to ``--out`` as it completes;
     yields every new record (for the summary). Error records of ``plan.retry`` are asked again
     without the cache; the file ends in input order whatever happens."""
+    from capjudge.backends.cache import bypass_cache
     from capjudge.io import BadRow
     from capjudge.outfile import ResultsFile
 
@@ -309,7 +302,7 @@ def _run_rows(
             for pos in bad:
                 yield pos, bad_row(rows[pos])
             if retry:
-                with _bypass_cache(judge):
+                with bypass_cache(judge.backend):
                     for k, res in stream([rows[pos] for pos in retry]):
                         yield retry[k], res
             for k, res in stream([rows[pos] for pos in fresh]):
@@ -324,13 +317,11 @@ def _run_rows(
 def _kept_results(plan: Any, kind: Any) -> Iterator[Any]:
     """The records kept from ``--out`` as results, for the summary (their cache flags are the
     old run's, so they are dropped: cache hits count this run's answers)."""
-    import dataclasses
-
-    names = {f.name for f in dataclasses.fields(kind)}
     for rec in plan.kept.values():
-        fields = {k: v for k, v in rec.items() if k in names}
-        fields["details"] = {k: v for k, v in (rec.get("details") or {}).items() if k != "cached"}
-        yield kind(**fields)
+        res = kind.from_dict(rec)
+        res.details.pop("cached", None)
+        res.details.pop("row", None)
+        yield res
 
 
 def _resume_note(con: Any, plan: Any) -> None:

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from capjudge.io import iter_jsonl
+from capjudge.redact import scrub_record
 from capjudge.types import PairResult, ScoreResult
 
 Key = tuple[Any, ...]
@@ -71,18 +73,7 @@ class ResumePlan:
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
     """The JSON-object lines of a results file (a half-written last line, from a kill, is skipped)."""
-    out: list[dict[str, Any]] = []
-    with Path(path).open(encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except json.JSONDecodeError:
-                continue
-            if isinstance(rec, dict):
-                out.append(rec)
-    return out
+    return [rec for _, rec, _, _ in iter_jsonl(path) if isinstance(rec, dict)]
 
 
 def plan_resume(
@@ -164,7 +155,7 @@ class ResultsFile:
     def write(self, row: int, result: ScoreResult | PairResult | dict[str, Any]) -> None:
         """Append one record for input row ``row`` (1-based) and flush it to the OS."""
         assert self._fh is not None, "the results file is closed"
-        record = dict(result if isinstance(result, dict) else result.to_dict())
+        record = scrub_record(result) if isinstance(result, dict) else result.to_dict()
         record["row"] = row
         self._fh.write(json.dumps(record, ensure_ascii=False, default=float) + "\n")
         self._fh.flush()

@@ -121,17 +121,7 @@ class ScoreResult:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScoreResult:
         """Rebuild a result from a results-file record (unknown keys go to ``details``)."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        known = {k: v for k, v in data.items() if k in names}
-        extra = {k: v for k, v in data.items() if k not in names}
-        if "scale" in known and known["scale"] is not None:
-            known["scale"] = tuple(known["scale"])
-        known.setdefault("details", {})
-        known["details"] = {**(known["details"] or {}), **extra}
-        for required in ("image", "caption", "score", "method", "backend"):
-            known.setdefault(required, None)
-        known.setdefault("model", "")
-        known.setdefault("template_hash", "")
+        known = _record_fields(cls, data, ("image", "caption", "score", "method", "backend"), tuple_fields=("scale",))
         known.setdefault("raw", None)
         return cls(**known)
 
@@ -170,3 +160,25 @@ class PairResult:
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (the results-file record): secrets masked, error texts stable."""
         return scrub_record(_clean(dataclasses.asdict(self)))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> PairResult:
+        """Rebuild a result from a results-file record (unknown keys go to ``details``)."""
+        return cls(**_record_fields(cls, data, ("image", "caption_a", "caption_b", "verdict", "method", "backend"), tuple_fields=("scores",)))
+
+
+def _record_fields(cls: Any, data: dict[str, Any], required: Sequence[str], *, tuple_fields: Sequence[str] = ()) -> dict[str, Any]:
+    """The keyword arguments of ``cls`` from a results-file record: unknown keys go to ``details``,
+    missing required fields are ``None``, lists become tuples where the field is a tuple."""
+    names = {f.name for f in dataclasses.fields(cls)}
+    known = {k: v for k, v in data.items() if k in names}
+    extra = {k: v for k, v in data.items() if k not in names}
+    for name in tuple_fields:
+        if known.get(name) is not None:
+            known[name] = tuple(known[name])
+    known["details"] = {**(known.get("details") or {}), **extra}
+    for name in required:
+        known.setdefault(name, None)
+    known.setdefault("model", "")
+    known.setdefault("template_hash", "")
+    return known

@@ -175,10 +175,9 @@ def run_battles(
 
     def stream() -> Iterator[tuple[int, dict[str, Any]]]:
         if retry:
-            bypass = getattr(judge.backend, "bypass_reads", None)
-            from contextlib import nullcontext
+            from capjudge.backends.cache import bypass_cache
 
-            with bypass() if callable(bypass) else nullcontext():
+            with bypass_cache(judge.backend):
                 for k, res in judge.compare_stream(pairs(retry), mode=mode):
                     yield retry[k], battle_record(plan.battles[retry[k]], res)
         for k, res in judge.compare_stream(pairs(fresh), mode=mode):

@@ -147,12 +147,9 @@ def cmd_arena(args: argparse.Namespace) -> int:
 
 
 def _as_result(rec: dict[str, Any]) -> Any:
-    import dataclasses
-
     from capjudge.types import PairResult
 
-    names = {f.name for f in dataclasses.fields(PairResult)}
-    return PairResult(**{k: v for k, v in rec.items() if k in names})
+    return PairResult.from_dict(rec)
 
 
 def _f(v: Any, digits: int = 0) -> str:

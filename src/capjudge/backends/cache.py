@@ -39,6 +39,13 @@ def default_cache_dir() -> Path:
     return Path(env).expanduser() if env else Path.home() / ".cache" / "capjudge"
 
 
+def bypass_cache(backend: Any) -> contextlib.AbstractContextManager[Any]:
+    """Within the block, a cached backend asks again even what it has cached (``--retry-errors``);
+    the new answers replace the cached ones. Any other backend: nothing changes."""
+    bypass = getattr(backend, "bypass_reads", None)
+    return bypass() if callable(bypass) else contextlib.nullcontext()
+
+
 def cacheable(request: Request) -> bool:
     """Whether a request's answer may be cached: greedy, or a numbered sample."""
     return request.config.deterministic or request.sample_index is not None

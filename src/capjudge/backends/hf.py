@@ -102,12 +102,9 @@ class HFBackend(Backend):
         self.device, self.dtype_name = _device_and_dtype(torch, device, dtype)
         self.batch_size = max(1, int(batch_size))
         self.pad_square = as_bool(pad_square, "pad_square")
-        if chat_format not in ("llava", "template"):
-            raise BackendError(f"unknown chat_format {chat_format!r} (use 'llava' or 'template')")
-        self.chat_format = chat_format
+        self.chat_format = _chat_format(chat_format)
         self.prefix_reuse = as_bool(prefix_reuse, "prefix_reuse")
-        if local_files_only is None:
-            local_files_only = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on") or Path(model).is_dir()
+        local_files_only = _local_only(model, local_files_only)
         kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
         if not Path(model).is_dir() and local_files_only and Path(model).suffix:
             raise BackendError(f"model folder {model!r} not found")
@@ -125,10 +122,7 @@ class HFBackend(Backend):
             except ValueError:
                 net = transformers.LlavaForConditionalGeneration.from_pretrained(model, **model_kwargs)
         except OSError as exc:
-            raise BackendError(
-                f"could not load HF model {model!r}: {exc}. Give a local folder, or download the model "
-                "first (huggingface-cli download ...); capjudge never downloads weights itself when offline."
-            ) from exc
+            raise _load_failure(model, exc) from exc
         except ImportError as exc:
             raise BackendError(missing_package_message(model, exc)) from exc
         # A quantised model is placed by its device_map and cannot be moved.
@@ -412,6 +406,26 @@ def model_identity(model: str, dtype_name: str, pad_square: bool, chat_format: s
     return ident
 
 
+def _chat_format(chat_format: str) -> str:
+    if chat_format not in ("llava", "template"):
+        raise BackendError(f"unknown chat_format {chat_format!r} (use 'llava' or 'template')")
+    return chat_format
+
+
+def _local_only(model: str, local_files_only: bool | None) -> bool:
+    """Read local files only: as asked, else when ``HF_HUB_OFFLINE`` is set or the model is a folder."""
+    if local_files_only is not None:
+        return bool(local_files_only)
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on") or Path(model).is_dir()
+
+
+def _load_failure(model: str, exc: OSError) -> BackendError:
+    return BackendError(
+        f"could not load HF model {model!r}: {exc}. Give a local folder, or download the model "
+        "first (huggingface-cli download ...); capjudge never downloads weights itself when offline."
+    )
+
+
 def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
     """The backend of :func:`from_spec`, loaded only when a request misses the cache: its options
     are checked and its identity (cache keys) computed now, without the weights (a hub model's
@@ -428,12 +442,8 @@ def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
     if load_4bit:
         check_4bit_packages()
     _, dtype_name = _device_and_dtype(torch, opts.get("device", "auto"), opts.get("dtype", "auto"))
-    chat_format = opts.get("chat_format", "llava")
-    if chat_format not in ("llava", "template"):
-        raise BackendError(f"unknown chat_format {chat_format!r} (use 'llava' or 'template')")
-    local = opts.get("local_files_only")
-    if local is None:
-        local = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on") or Path(model).is_dir()
+    chat_format = _chat_format(opts.get("chat_format", "llava"))
+    local = _local_only(model, opts.get("local_files_only"))
 
     def revision() -> str | None:
         import transformers
@@ -441,10 +451,7 @@ def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
         try:
             config = transformers.AutoConfig.from_pretrained(model, local_files_only=local, trust_remote_code=bool(opts.get("trust_remote_code", False)))
         except OSError as exc:
-            raise BackendError(
-                f"could not load HF model {model!r}: {exc}. Give a local folder, or download the model "
-                "first (huggingface-cli download ...); capjudge never downloads weights itself when offline."
-            ) from exc
+            raise _load_failure(model, exc) from exc
         return getattr(config, "_commit_hash", None)
 
     ident = model_identity(model, dtype_name, bool(opts.get("pad_square", True)), chat_format, opts.get("attn_implementation"), revision, load_4bit=load_4bit)

@@ -29,6 +29,7 @@ preprocessed by ``clip.cpp`` as llama.cpp does for LLaVA-1.5 (pad to square, res
 from __future__ import annotations
 
 import ctypes
+import functools
 import hashlib
 import itertools
 import threading
@@ -130,7 +131,17 @@ def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_
 
 def gguf_widths(model_path: Path, mmproj_path: Path) -> tuple[int | None, int | None]:
     """The text model's embedding width and the projector's output width, read from the GGUF
-    headers (``None`` where the file does not say, e.g. an unusual projector type)."""
+    headers (``None`` where the file does not say, e.g. an unusual projector type).
+
+    Read once per version of the two files: the spec check and the model load both ask, and
+    reading a multi-GB model's header parses its whole vocabulary."""
+    stamp = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in (model_path, mmproj_path))
+    return _gguf_widths(stamp)
+
+
+@functools.lru_cache(maxsize=8)
+def _gguf_widths(stamp: tuple[tuple[str, int, int], ...]) -> tuple[int | None, int | None]:
+    model_path, mmproj_path = (Path(name) for name, _, _ in stamp)
     try:
         from gguf import GGUFReader
     except ImportError:  # pragma: no cover - gguf is a dependency of the extra

@@ -209,8 +209,8 @@ class OpenAIBackend(Backend):
         self._client = self._make_client(api_key, organization, azure_ad_token_provider, default_headers)
         # Known secrets, only to scrub them from error messages a server might echo them into
         # (registered process-wide, so log lines and records of every module mask them too).
-        self._secrets = tuple(s for s in (getattr(self._client, "api_key", None),) if isinstance(s, str) and len(s) >= 8)
-        for secret in self._secrets:
+        secrets = tuple(s for s in (getattr(self._client, "api_key", None),) if isinstance(s, str) and len(s) >= 8)
+        for secret in secrets:
             register_secret(secret)
         self._breaker = CircuitBreaker(f"the server at {_clean_endpoint(self.endpoint)}", threshold=gone_after, grace=gone_grace)
         self._loop: _LoopThread | None = None

@@ -236,25 +236,12 @@ def in_input_order(stream: Iterator[tuple[int, R]], first: int = 0) -> Iterator[
         yield pending.pop(index)
 
 
-def batched(items: Sequence[T] | Iterator[T], size: int) -> Iterator[list[T]]:
-    """Consecutive lists of ``size`` items (the last may be shorter)."""
-    chunk: list[T] = []
-    for item in items:
-        chunk.append(item)
-        if len(chunk) >= size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
-
-
 __all__ = [
     "Answer",
     "BatchExecutor",
     "Callback",
     "Executor",
     "WindowExecutor",
-    "batched",
     "drive",
     "generate_all",
     "in_input_order",

@@ -24,12 +24,11 @@ from capjudge.images import LoadedImage
 from capjudge.judges.dispatch import (
     Answer,
     BatchExecutor,
-    batched,
     drive,
     in_input_order,
     make_executor,
 )
-from capjudge.judges.scoring import cached_note
+from capjudge.judges.scoring import ImageMemo, cached_note, read_windows
 from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
 from capjudge.parsing import parse_verdict
 from capjudge.prompts.registry import Method, TemplateError, get_template
@@ -235,20 +234,19 @@ class _DualRun:
         self.judge = judge
         self.executor = make_executor(judge.backend)
         self.done: deque[tuple[int, PairResult]] = deque()
-        self.images: dict[Any, Any] = {}
+        self.images = ImageMemo()  # the last images read: the pairs of one image read it once
         self.name = judge.method.template if judge.method.kind == "pairwise" else DEFAULT_PAIRWISE_TEMPLATE
         self.tpl = get_template(self.name)
 
     def batches(self, pairs: Iterable[Any]) -> Iterator[list[tuple[int, Any]]]:
         size = max(1, self.judge.batch_size // 2) if isinstance(self.executor, BatchExecutor) else 1
-        return batched(enumerate(pairs), size)
+        return read_windows(pairs, size)
 
     def _error(self, i: int, p: Pair | None, item: Any, message: str, **fields: Any) -> None:
         self.done.append((i, _pair_result(self.judge, i, p, item, "pairwise", verdict=None, status="error", error=message, **fields)))
 
     def start(self, batch: Sequence[tuple[int, Any]]) -> None:
         judge = self.judge
-        self.images.clear()  # each image read once per batch
         for i, item in batch:
             p, err = _parsed(i, item)
             if p is None:

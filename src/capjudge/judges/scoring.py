@@ -36,7 +36,7 @@ _IMAGE_MEMO = 64  # decoded images kept for the next samples (captions of one im
 _PREFETCH = 4  # image groups whose pictures are loaded ahead in a sliding-window run
 
 
-class _ImageMemo(OrderedDict[Any, "LoadedImage | str"]):
+class ImageMemo(OrderedDict[Any, "LoadedImage | str"]):
     """The last images loaded (or their load errors), so the captions of one image read it once."""
 
     def __setitem__(self, key: Any, value: LoadedImage | str) -> None:
@@ -63,12 +63,11 @@ def read_windows(samples: Iterable[Any], size: int) -> Iterator[list[Item]]:
         yield window
 
 
-def image_groups(items: Sequence[Item], image_key: Any) -> list[list[Item]]:
+def image_groups(items: Sequence[Item]) -> list[list[Item]]:
     """The items grouped by image (groups in first-seen order, input order inside a group)."""
     groups: dict[Any, list[Item]] = {}
     for pos, item in enumerate(items):
-        sample = item[1]
-        key = image_key(sample.get("image") if isinstance(sample, dict) else getattr(sample, "image", None))
+        key = image_key(_image_of(item[1]))
         groups.setdefault(key if key is not None else ("position", pos), []).append(item)
     return list(groups.values())
 
@@ -92,7 +91,7 @@ class ScoringRun:
         self.judge = judge
         self.executor = executor or make_executor(judge.backend)
         self.done: deque[tuple[int, ScoreResult]] = deque()
-        self.images: _ImageMemo = _ImageMemo()
+        self.images: ImageMemo = ImageMemo()
         # (image sha, first-step template hash) -> samples waiting for that first step
         self.waiting: dict[tuple[str, str], list[_Prepared]] = {}
         # images of the next groups, loading in a background thread (sliding window only)
@@ -106,7 +105,7 @@ class ScoringRun:
         judge = self.judge
         try:
             for window in read_windows(samples, max(judge.batch_size, judge.group_window)):
-                groups = image_groups(window, image_key)
+                groups = image_groups(window)
                 if isinstance(self.executor, BatchExecutor):
                     yield from pack(groups, judge.batch_size)
                 else:
@@ -249,7 +248,7 @@ class ScoringRun:
         for k, (prep, score) in enumerate(zip(group, scores)):
             details = {"list_position": k + 1, "list_size": len(group), "cached": out.cached}
             if score is None:
-                message = f"sample {_sid(prep)}: no score for item {k + 1} in the listwise answer: {_short(out.text)!r}{cached_note(out)}"
+                message = f"sample {_sid(prep)}: no score for item {k + 1} in the listwise answer: {short(out.text)!r}{cached_note(out)}"
                 result = judge._result(prep, score=None, raw=out.text, status="error", error=message, details=details)
             else:
                 result = judge._result(prep, score=score, raw_score=score, raw=out.text, details=details)
@@ -292,5 +291,3 @@ def short(text: str | None, n: int = 80) -> str:
 def _sid(prep: _Prepared) -> str:
     return sample_id(prep.sample, prep.index)
 
-
-_short = short

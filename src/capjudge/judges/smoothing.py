@@ -231,7 +231,7 @@ def smooth_by_code_search(steps: Sequence[TokenStep], score_check: float) -> Smo
     pos1 = hits[0] if len(hits) == 1 else (hits[1] if d1 == 0 else hits[0])
     first = _probs_at(steps, pos1)
     second = None
-    if len(text) > 3:
+    if uses_second_decimal(text):
         d2 = int(text[text.index(".") + 2])
         hits2 = _exact_digit_steps(steps, d2)
         if not hits2:

@@ -20,10 +20,8 @@ from typing import Any
 
 import numpy as np
 
-from capjudge.judges.voting import position_bias  # noqa: F401 - part of this module's interface
+from capjudge.judges.voting import VERDICTS, position_bias  # noqa: F401 - position_bias: part of this module's interface
 from capjudge.metaeval import stats
-
-VERDICTS: tuple[str, ...] = ("A", "B", "tie")
 
 
 # ------------------------------------------------------------------------------ weighted, batched

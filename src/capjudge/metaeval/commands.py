@@ -243,13 +243,10 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     with _bootstrap_bars([str(out)], args.bootstrap, args.quiet) as bar:
         ev = evaluate(bench, load_results(out), ties=args.ties, bootstrap=max(0, args.bootstrap), seed=args.seed, progress=bar(0))
     code = _emit(ev, args)
-    for warning in tally.warnings():
-        print(f"capjudge: {warning}", file=sys.stderr)
-    message = tally.backend_failure_message()
-    if message:  # samples failed for backend reasons: exit 3, as `capjudge score`
-        print(f"capjudge: {message}", file=sys.stderr)
-        return 3
-    return code
+    from capjudge.cli import _finish
+
+    # warnings, and exit 3 when samples failed for backend reasons, as `capjudge score`
+    return _finish(tally) or code
 
 
 def _tallied(results: Iterable[Any], tally: Any) -> Iterator[Any]:
