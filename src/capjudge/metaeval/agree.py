@@ -75,6 +75,10 @@ class PairComparison:
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     confusion: list[list[int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    # Score judges: the joined scores and the positions of ``disagreements`` in them (for plots;
+    # not part of the JSON).
+    scores: tuple[list[float], list[float]] = field(default=([], []), repr=False)
+    top: list[int] = field(default_factory=list, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe (NaN -> null)."""
@@ -171,6 +175,7 @@ def _compare_scores(fa: JudgeFile, fb: JudgeFile, mode: KeyMode, bootstrap: int,
         pc.ci = S.score_bootstrap(a, b, n_resamples=bootstrap, seed=seed, with_mean_diff=same_scale)
     pc.same_image_pairs = S.same_image_order(a, b, [r.image for r in j.a])
     pc.calibration = S.calibration(a, b)
+    largest = S.largest_rank_differences(a, b, TOP_DISAGREEMENTS)
     pc.disagreements = [
         {
             "id": j.a[i].id,
@@ -182,8 +187,10 @@ def _compare_scores(fa: JudgeFile, fb: JudgeFile, mode: KeyMode, bootstrap: int,
             "rank_b": rb,
             "rank_diff": d,
         }
-        for i, ra, rb, d in S.largest_rank_differences(a, b, TOP_DISAGREEMENTS)
+        for i, ra, rb, d in largest
     ]
+    pc.scores = (a.tolist(), b.tolist())
+    pc.top = [i for i, *_ in largest]
     _join_notes(pc, fa, fb, j.mismatch_examples)
     return pc
 

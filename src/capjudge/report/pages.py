@@ -14,12 +14,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capjudge.probes.report import _pct, _share
 from capjudge.report import figures
 from capjudge.report.model import Column, Page, SampleTable, Section, StatTable
 from capjudge.report.records import (
     DEFAULT_MAX_ROWS,
     ResultsFile,
+    cut,
     fmt_num,
+    image_cell,
     load_results_file,
     results_section,
     score_values,
@@ -101,7 +104,7 @@ def results_page(
         from capjudge.metaeval.agree import agree
 
         report = agree([str(p) for p in paths], list(names) if names else None, bootstrap=0)
-        page.sections += agree_sections(report, [str(p) for p in paths], thumbs)
+        page.sections += agree_sections(report, [str(p) for p in paths], thumbs, files)
     for n, (rf, label) in enumerate(zip(files, labels, strict=True), start=1):
         page.sections.append(_file_section(rf, thumbs, n, label, max_rows))
     return page
@@ -121,34 +124,17 @@ DISAGREEMENT_COLUMNS = [
 ]
 
 
-def _original_images(paths: Sequence[str]) -> dict[str, str]:
+def _original_images(files: Sequence[ResultsFile]) -> dict[str, str]:
     """Image file name -> the path a record wrote (agree joins on file names only)."""
     from capjudge.metaeval.datasets import image_name
 
     out: dict[str, str] = {}
-    for p in paths:
-        try:
-            rf = load_results_file(p)
-        except ValueError:
-            continue
+    for rf in files:
         for _, r in rf.records:
             img = r.get("image")
             if isinstance(img, str) and img:
                 out.setdefault(image_name(img), img)
     return out
-
-
-def _joined_scores(paths: Sequence[str], names: Sequence[str], a: str, b: str) -> tuple[list[float], list[float]]:
-    """The two judges' scores on the samples both scored, in the order ``agree`` used."""
-    from capjudge.metaeval.agree_load import index_rows, join, key_mode, load_judge
-
-    files = [load_judge(p, n) for p, n in zip(paths, names, strict=True)]
-    mode = key_mode(files)
-    for f in files:
-        index_rows(f, mode)
-    by_name = {f.name: f for f in files}
-    j = join(by_name[a], by_name[b], mode)
-    return [float(r.score or 0.0) for r in j.a], [float(r.score or 0.0) for r in j.b]
 
 
 def _pair_section(pc: PairComparison, report: AgreeReport, paths: Sequence[str], thumbs: ThumbCache, n: int, originals: dict[str, str]) -> Section:
@@ -175,12 +161,8 @@ def _pair_section(pc: PairComparison, report: AgreeReport, paths: Sequence[str],
     c = pc.counts
     s.facts += [(f"only in {pc.a} / only in {pc.b}", f"{c.get('only_a', 0)} / {c.get('only_b', 0)}"), ("left out (error record in either)", str(c.get("excluded_errors", 0)))]
     if pc.kind == "score" and pc.n >= 1 and isinstance(paths[0], str):
-        from capjudge.metaeval import agree_stats as S
-
-        names = [j["name"] for j in report.judges]
-        a, b = _joined_scores(paths, names, pc.a, pc.b)
-        top = [i for i, *_ in S.largest_rank_differences(_array(a), _array(b), len(pc.disagreements))] if a else []
-        s.figures.append(figures.agree_scatter(a, b, pc.a, pc.b, top, same_scale=pc.comparison == "values"))
+        a, b = pc.scores
+        s.figures.append(figures.agree_scatter(a, b, pc.a, pc.b, pc.top, same_scale=pc.comparison == "values"))
         if pc.calibration:
             s.stats.append(
                 StatTable(
@@ -191,13 +173,12 @@ def _pair_section(pc: PairComparison, report: AgreeReport, paths: Sequence[str],
             )
         rows = []
         for k, d in enumerate(pc.disagreements, start=1):
-            cls, thumb = thumbs.get(originals.get(str(d["image"]), str(d["image"])))
             rows.append(
                 {
                     "_status": "ok",
                     "n": k,
                     "id": "" if d.get("id") is None else str(d["id"]),
-                    "image": {"cls": cls if thumb.uri else None, "label": thumb.label, "error": thumb.error},
+                    "image": image_cell(thumbs, originals.get(str(d["image"]), str(d["image"]))),
                     "caption": str(d.get("caption") or ""),
                     "score_a": d.get("score_a"),
                     "score_b": d.get("score_b"),
@@ -215,13 +196,7 @@ def _pair_section(pc: PairComparison, report: AgreeReport, paths: Sequence[str],
     return s
 
 
-def _array(values: Sequence[float]) -> Any:
-    import numpy as np
-
-    return np.asarray(values, dtype=float)
-
-
-def agree_sections(report: AgreeReport, paths: Sequence[str], thumbs: ThumbCache) -> list[Section]:
+def agree_sections(report: AgreeReport, paths: Sequence[str], thumbs: ThumbCache, files: Sequence[ResultsFile]) -> list[Section]:
     """The agreement report: the judges, each pair compared (scatter, calibration, the largest
     disagreements with their images, or the verdict table), position bias and notes."""
     head = Section(title="judges compared")
@@ -258,7 +233,7 @@ def agree_sections(report: AgreeReport, paths: Sequence[str], thumbs: ThumbCache
             )
         )
     head.notes += list(report.notes)
-    originals = _original_images(paths)
+    originals = _original_images(files)
     return [head, *(_pair_section(pc, report, paths, thumbs, n, originals) for n, pc in enumerate(report.pairs, start=1))]
 
 
@@ -270,9 +245,10 @@ def agree_page(report: AgreeReport, paths: Sequence[str], *, images: str | Path 
     page.facts = [("judges", str(len(names))), ("kind", "scores" if report.kind == "score" else "pairwise verdicts")]
     if report.bootstrap:
         page.facts.append(("bootstrap", f"{report.bootstrap} resamples, seed {report.seed}"))
-    page.sections += agree_sections(report, paths, thumbs)
-    for n, (p, name) in enumerate(zip(paths, names, strict=True), start=1):
-        page.sections.append(_file_section(load_results_file(p), thumbs, n, f"results of {name}", max_rows, histogram=False))
+    files = [load_results_file(p) for p in paths]
+    page.sections += agree_sections(report, paths, thumbs, files)
+    for n, (rf, name) in enumerate(zip(files, names, strict=True), start=1):
+        page.sections.append(_file_section(rf, thumbs, n, f"results of {name}", max_rows, histogram=False))
     return page
 
 
@@ -343,10 +319,6 @@ PROBE_COLUMNS = [
 ]
 
 
-def _share(count: int, total: int) -> str:
-    return "-" if not total else f"{100 * count / total:.0f}% ({count}/{total})"
-
-
 def _probe_section(report: ProbeReport, thumbs: ThumbCache, n: int, max_rows: int) -> Section:
     from capjudge.probes.runner import INJECTION_KINDS
 
@@ -383,15 +355,15 @@ def _probe_section(report: ProbeReport, thumbs: ThumbCache, n: int, max_rows: in
         rows.append(row)
     s.stats.append(StatTable("per perturbation kind", head, rows, "shares are of the pairs where both captions were scored; ties are counted on their own. Mean drop = original score minus perturbed score."))
     prow = []
-    for p in report.pairs:
+    shown, total = cut(list(report.pairs), max_rows)
+    for p in shown:
         failed = p.error or p.pairwise_error
         status = "n/a" if not p.applicable else ("error" if failed else "ok")
-        cls, thumb = thumbs.get(p.image)
         prow.append(
             {
                 "_status": status,
                 "id": p.id,
-                "image": {"cls": cls if thumb.uri else None, "label": thumb.label, "error": thumb.error},
+                "image": image_cell(thumbs, p.image),
                 "kind": p.kind,
                 "family": p.family,
                 "original": p.original,
@@ -410,10 +382,7 @@ def _probe_section(report: ProbeReport, thumbs: ThumbCache, n: int, max_rows: in
     cols = [c for c in PROBE_COLUMNS if c.key not in ("verdict",) or report.by_pairwise]
     if not report.by_score:
         cols = [c for c in cols if c.key not in ("score_original", "score_perturbed", "preference", "raw_perturbed")]
-    total = len(prow)
-    if max_rows and total > max_rows:
-        prow = prow[:max_rows]
-    table = SampleTable(f"probe{n}", "original and perturbed captions", cols, prow, total if total > len(prow) else 0)
+    table = SampleTable(f"probe{n}", "original and perturbed captions", cols, prow, total)
     if table.total:
         table.note = f"the first {len(prow)} of {total} pairs are shown"
     s.tables.append(table)
@@ -428,10 +397,6 @@ def _hardening_section(cmp: HardeningComparison) -> Section:
     s.stats.append(StatTable("the two methods", ["measure", cmp.plain, cmp.hardened], rows))
     s.facts += [("clean captions scored by both", str(cmp.n_clean_both)), ("Pearson r on clean captions", _f(cmp.clean_pearson, 3)), ("mean absolute difference (points of scale)", _f(cmp.clean_mean_abs_diff_pct))]
     return s
-
-
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{100 * x:.0f}%"
 
 
 def probe_page(reports: Sequence[ProbeReport], *, comparison: HardeningComparison | None = None, images: str | Path | None = None, max_rows: int = DEFAULT_MAX_ROWS, thumb_px: int = DEFAULT_MAX_PX, command: str = "") -> Page:

@@ -15,7 +15,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from capjudge.io import InputFormatError, iter_jsonl
 from capjudge.report.model import Column, SampleTable, Section
@@ -23,6 +23,8 @@ from capjudge.report.thumbs import ThumbCache
 
 DEFAULT_MAX_ROWS = 5000
 
+
+T = TypeVar("T")
 
 class ReportInputError(InputFormatError):
     """A results file the report cannot use; the message names the file and the cause."""
@@ -113,7 +115,8 @@ def _counted(counter: Counter[str]) -> str:
     return ", ".join(f"{k} ({n})" for k, n in counter.most_common())
 
 
-def _image_cell(thumbs: ThumbCache, image: Any) -> dict[str, Any]:
+def image_cell(thumbs: ThumbCache, image: Any) -> dict[str, Any]:
+    """A table cell showing an image's thumbnail (or its label and why there is none)."""
     cls, thumb = thumbs.get(str(image) if image is not None else "")
     return {"cls": cls if thumb.uri else None, "label": thumb.label, "error": thumb.error}
 
@@ -144,7 +147,7 @@ def score_row(line: int, rec: dict[str, Any], thumbs: ThumbCache) -> dict[str, A
         "_status": status,
         "line": line,
         "id": _text(rec.get("id")),
-        "image": _image_cell(thumbs, rec.get("image")),
+        "image": image_cell(thumbs, rec.get("image")),
         "caption": _text(rec.get("caption")),
         "score": score,
         "raw_score": num(rec.get("raw_score")),
@@ -235,7 +238,7 @@ def pair_row(line: int, rec: dict[str, Any], thumbs: ThumbCache) -> dict[str, An
         "_status": status,
         "line": line,
         "id": _text(rec.get("id")),
-        "image": _image_cell(thumbs, rec.get("image")),
+        "image": image_cell(thumbs, rec.get("image")),
         "caption_a": _text(rec.get("caption_a")),
         "caption_b": _text(rec.get("caption_b")),
         "verdict": _text(verdict),
@@ -274,7 +277,9 @@ def pair_facts(recs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
 
 
 # ------------------------------------------------------------------------------------ section
-def _cut(rows: list[dict[str, Any]], max_rows: int) -> tuple[list[dict[str, Any]], int]:
+def cut(rows: list[T], max_rows: int) -> tuple[list[T], int]:
+    """The first ``max_rows`` items (all when 0) and the full count when some were cut, else 0.
+    Cut before rows are built: building one loads its thumbnail."""
     if max_rows and len(rows) > max_rows:
         return rows[:max_rows], len(rows)
     return rows, 0
@@ -292,11 +297,13 @@ def results_section(rf: ResultsFile, thumbs: ThumbCache, *, title: str | None = 
     pairs = [(i, r) for i, r in rf.records if is_pair(r)]
     if scores:
         section.facts += score_facts([r for _, r in scores])
-        rows, total = _cut([score_row(i, r, thumbs) for i, r in scores], max_rows)
+        shown, total = cut(scores, max_rows)
+        rows = [score_row(i, r, thumbs) for i, r in shown]
         section.tables.append(SampleTable(f"{table_id}-scores", "scores", score_columns(rows), rows, total))
     if pairs:
         section.facts += pair_facts([r for _, r in pairs])
-        rows, total = _cut([pair_row(i, r, thumbs) for i, r in pairs], max_rows)
+        shown_pairs, total = cut(pairs, max_rows)
+        rows = [pair_row(i, r, thumbs) for i, r in shown_pairs]
         section.tables.append(SampleTable(f"{table_id}-pairs", "pairs", pair_columns(rows), rows, total))
     if rf.bad_lines:
         section.facts.append(("unreadable lines", str(len(rf.bad_lines))))
