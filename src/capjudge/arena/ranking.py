@@ -51,6 +51,11 @@ LENGTH_BINS: tuple[tuple[int, float], ...] = ((1, 2), (3, 5), (6, 10), (11, 20),
 OUTCOME = {"A": 1.0, "B": 0.0, "tie": 0.5}
 
 
+def decided(record: dict[str, Any]) -> bool:
+    """A battle that reached a verdict (the others are failed battles: counted, never ranked)."""
+    return record.get("status", "ok") == "ok" and record.get("verdict") in OUTCOME
+
+
 def to_elo_scale(theta: np.ndarray) -> np.ndarray:
     """Bradley-Terry log-strengths on the Elo scale: ``1000 + 400 * theta / ln(10)``."""
     return ELO_INIT + ELO_SCALE * np.asarray(theta, dtype=float) / math.log(10.0)
@@ -93,13 +98,13 @@ def battle_set(records: Iterable[dict[str, Any]], models: Sequence[str]) -> Batt
     cols: dict[str, list[float]] = {k: [] for k in ("a", "b", "s", "unit", "flip", "wa", "wb")}
     for r in records:
         ma, mb, v = r.get("model_a"), r.get("model_b"), r.get("verdict")
-        if r.get("status", "ok") != "ok" or v not in OUTCOME or ma not in index or mb not in index:
+        if not decided(r) or ma not in index or mb not in index:
             continue
         votes = r.get("votes") or []
         dual = r.get("mode", "pairwise") == "pairwise" and len(votes) == 2
         cols["a"].append(index[ma])
         cols["b"].append(index[mb])
-        cols["s"].append(OUTCOME[v])
+        cols["s"].append(OUTCOME[str(v)])
         cols["unit"].append(units.setdefault(str(r.get("image")), len(units)))
         cols["flip"].append(float(votes[0] != votes[1]) if dual else math.nan)
         cols["wa"].append(len(str(r.get("caption_a") or "").split()))
@@ -231,6 +236,13 @@ def fit_davidson_counts(W: np.ndarray, T: np.ndarray, *, prior: float = 0.0) -> 
     return theta, float(math.exp(res.x[k - 1]))
 
 
+def _resolved_prior(W: np.ndarray, N: np.ndarray, prior: float | None) -> float:
+    """``prior`` as given, else none when the likelihood has a maximum and :data:`PRIOR` when not."""
+    if prior is not None:
+        return prior
+    return 0.0 if strongly_connected(W, N.sum(axis=1) > 0) else PRIOR
+
+
 def fit_bradley_terry(
     a: Sequence[int] | np.ndarray,
     b: Sequence[int] | np.ndarray,
@@ -246,8 +258,7 @@ def fit_bradley_terry(
     or the weak prior :data:`PRIOR` when the likelihood has no maximum (see the module doc)."""
     a_, b_, s_ = np.asarray(a, dtype=int), np.asarray(b, dtype=int), np.asarray(s, dtype=float)
     W, N = pair_counts(a_, b_, s_, n_models, weights)
-    if prior is None:
-        prior = 0.0 if strongly_connected(W, N.sum(axis=1) > 0) else PRIOR
+    prior = _resolved_prior(W, N, prior)
     if ties == "half":
         return fit_bt_counts(W, N, prior=prior)
     if ties != "davidson":
@@ -305,8 +316,11 @@ def bootstrap_strengths(bs: BattleSet, *, n_resamples: int = 1000, seed: int = 0
         counts = resample_counts(idx, bs.n_units)
         for row in counts:
             w = row[bs.unit]
-            thetas.append(fit_bradley_terry(bs.a, bs.b, bs.s, m, weights=w, ties=ties, prior=prior))
             W, N = pair_counts(bs.a, bs.b, bs.s, m, w)
+            if ties == "half":  # the counts serve the fit and the win rates alike
+                thetas.append(fit_bt_counts(W, N, prior=_resolved_prior(W, N, prior)))
+            else:
+                thetas.append(fit_bradley_terry(bs.a, bs.b, bs.s, m, weights=w, ties=ties, prior=prior))
             with np.errstate(invalid="ignore", divide="ignore"):
                 rates.append(W.sum(axis=1) / N.sum(axis=1))
     return np.vstack(thetas), np.vstack(rates)
@@ -437,8 +451,10 @@ def rank(
     m = len(models)
     failed = np.zeros(m, dtype=int)
     index = {name: k for k, name in enumerate(models)}
+    n_failed = 0
     for r in records:
-        if r.get("status", "ok") != "ok" or r.get("verdict") not in OUTCOME:
+        if not decided(r):
+            n_failed += 1
             for side in ("model_a", "model_b"):
                 if r.get(side) in index:
                     failed[index[r[side]]] += 1
@@ -485,7 +501,6 @@ def rank(
     for pos, e in enumerate(entries, start=1):
         e["rank"] = pos
     board = Leaderboard(entries, ties=ties, bootstrap=bootstrap if bs.n_units >= 2 else 0, seed=seed, elo_k=elo_k, prior_used=not connected)
-    n_failed = sum(1 for r in records if r.get("status", "ok") != "ok" or r.get("verdict") not in OUTCOME)
     board.battles = {"decided": bs.n, "failed": n_failed, "images": bs.n_units}
     board.position_flip_share = _mean(bs.flip)
     board.length = length_bins(bs)

@@ -156,11 +156,7 @@ def bootstrap_cis(
                 values[name].append(v)
         if progress is not None:
             progress()
-    lo = (1.0 - confidence) / 2
-    return {
-        name: (float(np.quantile(vs, lo)), float(np.quantile(vs, 1.0 - lo))) if vs else (math.nan, math.nan)
-        for name, vs in values.items()
-    }
+    return percentile_cis({name: np.asarray(vs, dtype=float) for name, vs in values.items()}, confidence)
 
 
 def bootstrap_ci(
