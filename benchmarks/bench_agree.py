@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from _machine import cpu_name  # benchmarks/ is on sys.path when a script runs
 
 from capjudge.io import write_results
 from capjudge.metaeval.agree import agree
@@ -110,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
         "kendall_tau_b": sd["kendall_tau_b"],
         "cohen_kappa": pd["cohen_kappa"],
         "target_s": 5.0,
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}",
+        "machine": f"{cpu_name()}, {os.cpu_count()} cores, Python {platform.python_version()}, numpy {np.__version__}",
     }
     print(f"agree on 2 x {args.n} score records (FLEUR-like 0-1 vs VisCE2-like 0-100), bootstrap {args.bootstrap}:")
     print(f"  {', '.join(f'{t:.2f}' for t in st)} s  -> median {statistics.median(st):.2f} s (target < 5 s); joined {sd['n']}, tau-b {sd['kendall_tau_b']}")

@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from _machine import cpu_name  # benchmarks/ is on sys.path when a script runs
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # the fake server lives with the tests
 
@@ -132,7 +134,7 @@ def main() -> int:
         "timeouts_over_concurrency_s": round(budget, 3),
         "ratio": round(ratio, 3),
         "bound_last_timeout": round(1 + (args.concurrency - 1) / n_timeouts, 3) if n_timeouts else None,
-        "machine": f"{platform.machine()}, {platform.python_version()}",
+        "machine": f"{cpu_name()}, {platform.python_version()}",
     }
     if barrier is not None:
         b_extra = barrier["faulty_s"] - barrier["clean_s"]

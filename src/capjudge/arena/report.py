@@ -3,21 +3,14 @@ the HTML report (:mod:`capjudge.report`)."""
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 from typing import Any
 
+from capjudge.arena.commands import _f as _n
+from capjudge.arena.commands import _pct as _p
 from capjudge.report.model import Page, Section, StatTable
 from capjudge.report.pages import thumb_cache
 from capjudge.report.records import load_results_file, results_section
-
-
-def _n(v: Any, digits: int = 0) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{v:.{digits}f}"
-
-
-def _p(v: Any) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}%"
 
 
 def arena_page(result: Any, battles_file: str | Path, *, images: str | Path | None = None, command: str = "") -> Page:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from capjudge.io import InputFormatError, iter_jsonl
-from capjudge.metaeval.datasets import image_name, normalize_caption
+from capjudge.metaeval.datasets import image_name, normalize_caption, sample_key
 
 Kind = Literal["score", "pairwise"]
 KeyMode = Literal["id", "image+caption"]
@@ -167,7 +167,7 @@ def _row(rec: dict[str, Any], kind: Kind, where: str, line: int) -> Row:
         ok = status_ok and score is not None
         if status_ok and not ok:
             error = "status ok but no score"
-        return Row(line, rid, image, (image, normalize_caption(caption)), ok, score=score, caption=caption, error=error or "error")
+        return Row(line, rid, image, sample_key(rec.get("image"), caption), ok, score=score, caption=caption, error=error or "error")
     ca = _text(rec, "caption_a", where, line, status_ok)
     cb = _text(rec, "caption_b", where, line, status_ok)
     na, nb = normalize_caption(ca), normalize_caption(cb)

@@ -8,8 +8,8 @@ judge's position-bias figures.
 The bootstrap resamples samples. Pearson, Spearman, the mean difference and the kappas are computed
 for a whole chunk of resamples at once from the resample counts (how often each sample was drawn):
 a resample is the original data weighted by those counts, so no resampled copy is built and no
-resample is re-sorted. Kendall tau-b has no such shortcut and runs scipy's O(n log n) routine per
-resample.
+resample is re-sorted. Kendall tau-b is computed the same way (:class:`KendallPlan`: one merge-sort
+plan over the fixed order, weighted by the counts of each resample).
 """
 
 from __future__ import annotations
