@@ -233,14 +233,16 @@ def _join_notes(pc: PairComparison, fa: JudgeFile, fb: JudgeFile, examples: list
         pc.notes.append(f"only {pc.n} samples in common: nothing to measure")
 
 
+def _common_keys(files: Sequence[JudgeFile]) -> list[Any]:
+    """The samples every judge judged successfully, in the first file's order."""
+    return [k for k in files[0].index if all(k in f.index and f.index[k].ok for f in files)]
+
+
 def _fleiss(files: Sequence[JudgeFile], bootstrap: int, seed: int) -> dict[str, Any]:
     from capjudge.metaeval import agree_stats as S
 
-    common = [k for k in files[0].index if all(k in f.index and f.index[k].ok for f in files)]
-    counts = np.zeros((len(common), len(S.VERDICTS)))
-    for i, k in enumerate(common):
-        for f in files:
-            counts[i, S.VERDICTS.index(f.index[k].canonical_verdict() or "")] += 1
+    common = _common_keys(files)
+    counts = S.verdict_counts([[f.index[k].canonical_verdict() or "" for f in files] for k in common])
     unanimous = counts.max(axis=1) == len(files) if common else np.zeros(0, dtype=bool)
     out: dict[str, Any] = {
         "n": len(common),
@@ -255,7 +257,7 @@ def _fleiss(files: Sequence[JudgeFile], bootstrap: int, seed: int) -> dict[str, 
 
 def _score_overall(files: Sequence[JudgeFile], pairs: Sequence[PairComparison]) -> dict[str, Any]:
     names = [f.name for f in files]
-    common = [k for k in files[0].index if all(k in f.index and f.index[k].ok for f in files)]
+    common = _common_keys(files)
     matrices: dict[str, list[list[float]]] = {}
     for m in ("kendall_tau_b", "spearman", "pearson"):
         mat = [[100.0 if i == j else math.nan for j in range(len(files))] for i in range(len(files))]

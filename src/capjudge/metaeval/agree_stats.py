@@ -337,15 +337,20 @@ def fleiss_kappa_from_counts(counts: np.ndarray, w: np.ndarray | None = None) ->
     return float(k[0]) if single else k
 
 
-def fleiss_kappa(ratings: Sequence[Sequence[str]]) -> float:
-    """Fleiss' kappa of A/B/tie verdicts: ``ratings[i]`` holds every judge's verdict on item ``i``."""
-    if not ratings:
-        return math.nan
+def verdict_counts(ratings: Sequence[Sequence[str]]) -> np.ndarray:
+    """Items x (A, B, tie): how many judges gave each verdict on item ``i`` (``ratings[i]``)."""
     counts = np.zeros((len(ratings), len(VERDICTS)))
     for i, row in enumerate(ratings):
         for code in verdict_codes(row):
             counts[i, code] += 1
-    return float(fleiss_kappa_from_counts(counts))
+    return counts
+
+
+def fleiss_kappa(ratings: Sequence[Sequence[str]]) -> float:
+    """Fleiss' kappa of A/B/tie verdicts: ``ratings[i]`` holds every judge's verdict on item ``i``."""
+    if not ratings:
+        return math.nan
+    return float(fleiss_kappa_from_counts(verdict_counts(ratings)))
 
 
 def verdict_bootstrap(x: np.ndarray, y: np.ndarray, *, n_resamples: int, seed: int) -> dict[str, tuple[float, float]]:
