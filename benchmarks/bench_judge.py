@@ -182,7 +182,7 @@ def build_7b_shapes(tokenizer_dir: Path, *, layers: int, vision_layers: int, dty
 
 def attach(backend: Any, net: Any) -> None:
     """Replace an HFBackend's network (benchmark only) and rebuild its prefix-reuse helper."""
-    from capjudge.backends.hf_prefix import PrefixReuser
+    from capjudge.backends.hf.prefix import PrefixReuser
 
     backend.net = net.eval()
     backend._prefix = PrefixReuser(backend)
@@ -288,8 +288,8 @@ class Floor:
     def packed(self) -> None:
         """Prefix, then the K suffixes as one sequence (batch 1) whose 4D mask lets each suffix see
         the prefix and itself only: no padding, no copies of the prefix cache, keys and values
-        written in place (``capjudge.backends.hf_kv.KVArena``)."""
-        from capjudge.backends.hf_kv import KVArena
+        written in place (``capjudge.backends.hf.kv.KVArena``)."""
+        from capjudge.backends.hf.kv import KVArena
 
         torch = self.backend._torch
         dev = self.backend.device

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from capjudge.backends.faults import BackendGone, CircuitBreaker, is_resumable
-from capjudge.backends.openai_retry import APIRequestError
+from capjudge.backends.openai.retry import APIRequestError
 from capjudge.cli import EXIT_BACKEND, EXIT_CODES_HELP, build_parser, main
 from capjudge.usage import BudgetExceeded
 from openai_fake_server import running_server

@@ -7,7 +7,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from capjudge.backends.hf_kv import KVArena  # noqa: E402
+from capjudge.backends.hf.kv import KVArena  # noqa: E402
 
 pytestmark = pytest.mark.hf
 

@@ -134,7 +134,7 @@ def test_token_steps_equal_with_any_answer_draft(fast, slow, example_images, dra
 
 @pytest.mark.parametrize("bound", ["rows", "tokens"])
 def test_large_groups_are_chunked_from_one_prefix(fast, slow, example_images, monkeypatch, bound: str) -> None:
-    from capjudge.backends import hf_prefix
+    from capjudge.backends.hf import prefix as hf_prefix
 
     img = load_image(example_images[0])
     reqs = [_fleur_request(img, f"{c} number {k}") for k, c in enumerate(CAPTIONS)]

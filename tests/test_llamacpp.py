@@ -393,7 +393,7 @@ def test_mismatched_projector_is_refused_before_llama_cpp(tiny: tuple[Path, Path
 
 
 def test_mismatched_projector_is_also_caught_from_llama_cpp(tiny: tuple[Path, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import capjudge.backends.llamacpp as mod
+    import capjudge.backends.llamacpp.backend as mod
 
     _, wrong = build_tiny_llava_gguf(tmp_path, seed=0, projector_width=48)
     monkeypatch.setattr(mod, "gguf_widths", lambda *a: (None, None))  # header check unavailable

@@ -16,8 +16,8 @@ import pytest
 from capjudge.backends.base import BackendError, Completion, GenerationConfig, Message, Request
 from capjudge.backends.cache import CachedBackend, ResponseCache
 from capjudge.backends.openai import OpenAIBackend, SamplingEstimate, estimate_by_sampling
-from capjudge.backends.openai_caps import lookup_caps
-from capjudge.backends.openai_retry import RetryPolicy, wait_seconds
+from capjudge.backends.openai.caps import lookup_caps
+from capjudge.backends.openai.retry import RetryPolicy, wait_seconds
 from capjudge.backends.registry import load_backend
 from capjudge.images import load_image
 from capjudge.judges.smoothing import expected_digit_score, smooth_from_steps

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from capjudge.backends.base import Completion, ContextLengthError, Request
-from capjudge.backends.hf_kv import KVArena
+from capjudge.backends.hf.kv import KVArena
 from capjudge.redact import get_logger
 
 if TYPE_CHECKING:  # pragma: no cover

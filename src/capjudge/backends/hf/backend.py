@@ -64,7 +64,7 @@ class HFBackend(Backend):
         ``"llava"`` (LLaVA-1.5 conversation, see module doc) or ``"template"`` (processor's chat template).
     prefix_reuse:
         Score the captions of one image from one shared prefix computation (default on; see
-        :mod:`capjudge.backends.hf_prefix`); results equal independent decoding.
+        :mod:`capjudge.backends.hf.prefix`); results equal independent decoding.
     load_4bit:
         Load the weights in 4 bits with bitsandbytes, with the settings of LLaVA's own loader
         (NF4, double quantisation, float16 compute), as the VisCE2 code's released runs did. Needs
@@ -146,13 +146,13 @@ class HFBackend(Backend):
             system_prompt=True,
         )
         self._identity = self._make_identity()
-        from capjudge.backends.hf_prefix import PrefixReuser
+        from capjudge.backends.hf.prefix import PrefixReuser
 
         self._prefix: PrefixReuser | None = PrefixReuser(self)
 
     @property
     def prefix_stats(self) -> Any:
-        """Counters of the prefix-reuse path (:class:`capjudge.backends.hf_prefix.PrefixStats`)."""
+        """Counters of the prefix-reuse path (:class:`capjudge.backends.hf.prefix.PrefixStats`)."""
         return self._prefix.stats if self._prefix is not None else None
 
     # ---------------------------------------------------------------- setup helpers
@@ -233,7 +233,7 @@ class HFBackend(Backend):
         batch); a batch that fails is retried one request at a time, so that only the bad one fails."""
         results: list[Completion | BaseException | None] = [None] * len(requests)
         if self.prefix_reuse and self._prefix is not None:
-            # Captions of one image: one prefix pass per image (see capjudge.backends.hf_prefix).
+            # Captions of one image: one prefix pass per image (see capjudge.backends.hf.prefix).
             for i, out in self._prefix.run(requests).items():
                 results[i] = out
         order: dict[tuple[Any, ...], list[int]] = {}

@@ -2,7 +2,7 @@
 
 Spec strings: ``openai:<model>``, ``azure:<deployment>``, ``openai-compatible:<base_url>#<model>``
 (vLLM, SGLang, llama.cpp server, Ollama). Built on the official ``openai`` SDK's async client with
-its own retries switched off: :mod:`capjudge.backends.openai_retry` retries with tenacity.
+its own retries switched off: :mod:`capjudge.backends.openai.retry` retries with tenacity.
 
 Requests run concurrently (``concurrency``, default 8) on a private event loop in a background
 thread, so :meth:`OpenAIBackend.generate` works whether or not the caller has an event loop running,
@@ -44,8 +44,8 @@ from capjudge.backends.base import (
     Usage,
 )
 from capjudge.backends.faults import DEFAULT_GRACE, DEFAULT_THRESHOLD, BackendGone, CircuitBreaker
-from capjudge.backends.openai_caps import AZURE_MAX_TOP_LOGPROBS, ModelCaps, lookup_caps
-from capjudge.backends.openai_retry import (
+from capjudge.backends.openai.caps import AZURE_MAX_TOP_LOGPROBS, ModelCaps, lookup_caps
+from capjudge.backends.openai.retry import (
     APIRequestError,
     MalformedResponseError,
     RetryPolicy,
