@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-__all__ = ["TINY_WORDS", "build_tiny_llava_gguf", "write_tiny_clip_projector", "write_tiny_llama"]
+__all__ = ["TINY_WORDS", "build_tiny_llava_gguf", "finish_gguf", "plant_bigram", "write_tiny_clip_projector", "write_tiny_llama"]
 
 SPIECE_SPACE = "\u2581"
 
@@ -41,7 +41,6 @@ _N_EMBD = 64
 _N_HEAD = 4
 _N_LAYER = 2
 _N_FF = 96
-_N_STATES = 6  # planted bigram states: ":", "▁", "0", ".", digits 1-9, and none
 
 
 def _vocab() -> tuple[list[str], list[float], list[int]]:
@@ -66,18 +65,37 @@ def _vocab() -> tuple[list[str], list[float], list[int]]:
     return tokens, scores, types
 
 
-def _state_of(token: str) -> int:
-    if token == ":":
-        return 0
-    if token == SPIECE_SPACE:
-        return 1
-    if token == "0":
-        return 2
-    if token == ".":
-        return 3
-    if len(token) == 1 and token in "123456789":
-        return 4
-    return 5
+def plant_bigram(
+    rng: np.random.Generator,
+    tokens: list[str],
+    width: int,
+    states: list[list[str]],
+    nexts: list[list[str]],
+    weaker: dict[tuple[int, str], float] | None = None,
+) -> tuple[np.ndarray, np.ndarray, int]:
+    """Random token embeddings and output matrix with a planted bigram table.
+
+    The first ``len(states) + 1`` dimensions form a "state" subspace: every token of
+    ``states[k]`` has 4.0 in dimension ``k`` and the output matrix reads dimension ``k`` as a
+    preference (2.0, or ``weaker[(k, token)]``) for the tokens of ``nexts[k]``; the last state
+    dimension is "none". Layers that neither read nor write these dimensions keep the table, so
+    greedy decoding follows it. Returns ``(embeddings, output, n_state_dims)``.
+    """
+    s = len(states) + 1
+    index = {t: i for i, t in enumerate(tokens)}
+    emb = rng.normal(0.0, 0.3, (len(tokens), width)).astype(np.float32)
+    emb[:, :s] = 0.0
+    for st, members in enumerate(states):
+        for tok in members:
+            emb[index[tok], st] = 4.0
+    out = rng.normal(0.0, 0.4, (len(tokens), width)).astype(np.float32)
+    out[:, :s] = 0.0
+    for st, following in enumerate(nexts):
+        for tok in following:
+            out[index[tok], st] = 2.0
+    for (st, tok), value in (weaker or {}).items():
+        out[index[tok], st] = value
+    return emb, out, s
 
 
 def write_tiny_llama(path: str | Path, seed: int = 0) -> Path:
@@ -86,23 +104,14 @@ def write_tiny_llama(path: str | Path, seed: int = 0) -> Path:
 
     rng = np.random.default_rng(seed)
     tokens, scores, types = _vocab()
-    n_vocab, d, s = len(tokens), _N_EMBD, _N_STATES
-    index = {t: i for i, t in enumerate(tokens)}
-
-    emb = rng.normal(0.0, 0.3, (n_vocab, d)).astype(np.float32)
-    emb[:, :s] = 0.0
-    for i, tok in enumerate(tokens):
-        st = _state_of(tok)
-        if st < s - 1:
-            emb[i, st] = 4.0
-
-    out = rng.normal(0.0, 0.4, (n_vocab, d)).astype(np.float32)
-    out[:, :s] = 0.0
-    bigram = {0: [SPIECE_SPACE], 1: ["0"], 2: ["."], 3: [str(k) for k in range(10)], 4: ["</s>"]}
-    for st, nexts in bigram.items():
-        for nxt in nexts:
-            out[index[nxt], st] = 2.0
-    out[index["0"], 3] = 1.7  # after ".", a first decimal of 0 is less likely (it would print "0.0.")
+    n_vocab, d = len(tokens), _N_EMBD
+    # after ":", "▁", "0", ".", a digit, then "</s>" (the answer "0.d" of a FLEUR prompt)
+    emb, out, s = plant_bigram(
+        rng, tokens, d,
+        states=[[":"], [SPIECE_SPACE], ["0"], ["."], list("123456789")],
+        nexts=[[SPIECE_SPACE], ["0"], ["."], list("0123456789"), ["</s>"]],
+        weaker={(3, "0"): 1.7},  # after ".", a first decimal of 0 is less likely (it would print "0.0.")
+    )
 
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("capjudge-tiny-llava")
@@ -150,7 +159,7 @@ def write_tiny_llama(path: str | Path, seed: int = 0) -> Path:
         w.add_tensor(f"blk.{b}.ffn_down.weight", down)
     w.add_tensor("output_norm.weight", np.ones(d, np.float32))
     w.add_tensor("output.weight", out)
-    _finish(w)
+    finish_gguf(w)
     return Path(path)
 
 
@@ -209,11 +218,12 @@ def write_tiny_clip_projector(path: str | Path, seed: int = 0, *, text_width: in
     w.add_tensor("mm.0.bias", np.zeros(text_width, np.float32))
     w.add_tensor("mm.2.weight", r(text_width, text_width, scale=0.3))
     w.add_tensor("mm.2.bias", np.zeros(text_width, np.float32))
-    _finish(w)
+    finish_gguf(w)
     return Path(path)
 
 
-def _finish(w: object) -> None:
+def finish_gguf(w: object) -> None:
+    """Write a ``gguf.GGUFWriter``'s header, metadata and tensors, and close it."""
     w.write_header_to_file()  # type: ignore[attr-defined]
     w.write_kv_data_to_file()  # type: ignore[attr-defined]
     w.write_tensors_to_file()  # type: ignore[attr-defined]
