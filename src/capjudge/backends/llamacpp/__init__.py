@@ -1,9 +1,11 @@
 """llama.cpp backend (``llamacpp:<gguf>?mmproj=<gguf>``) through llama-cpp-python and libmtmd
-(:mod:`.backend`). Importing this package does not import llama_cpp; it loads with the first model."""
+(:mod:`.backend`; model families and prompt formats: :mod:`.families`, :mod:`.chat_template`).
+Importing this package does not import llama_cpp; it loads with the first model."""
 
 from capjudge.backends.llamacpp.backend import (
     LlamaCppBackend,
     ProjectorMismatchError,
+    UnsupportedModelError,
     check_files,
     check_options,
     from_spec,
@@ -16,6 +18,7 @@ from capjudge.backends.llamacpp.backend import (
 __all__ = [
     "LlamaCppBackend",
     "ProjectorMismatchError",
+    "UnsupportedModelError",
     "check_files",
     "check_options",
     "from_spec",

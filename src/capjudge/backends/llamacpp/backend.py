@@ -1,14 +1,18 @@
-"""llama.cpp backend: LLaVA-1.5 GGUF models (and their CLIP projector, ``mmproj``) in-process.
+"""llama.cpp backend: GGUF vision-language models (text model + projector, ``mmproj``) in-process.
 
 Spec: ``llamacpp:<model.gguf>?mmproj=<mmproj.gguf>&n_ctx=2048&n_threads=8&n_gpu_layers=0&seed=0``
-(also ``n_batch``, ``prompt_block``, ``verbose``).
+(also ``n_batch``, ``prompt_block``, ``prompt_format``, ``chat_template``, ``verbose``).
 
-The model and projector are loaded with ``llama-cpp-python`` (``Llama`` and the libmtmd-based
-``Llava15ChatHandler``); the backend then drives llama.cpp itself rather than going through
-``create_chat_completion``, for four reasons:
+Any text model + projector pair that llama.cpp's libmtmd runs (LLaVA-1.5/1.6, Qwen2/2.5/3-VL,
+Gemma 3, Idefics3/SmolVLM, InternVL, Pixtral, MiniCPM-V, ...; the table is in :mod:`.families`).
+The model and projector are loaded with ``llama-cpp-python`` (``Llama`` and libmtmd's generic
+``MTMDChatHandler``); the backend then drives llama.cpp and libmtmd itself rather than going
+through ``create_chat_completion``, for four reasons:
 
-* the prompt is LLaVA's own ``llava_v1`` conversation (``SYSTEM USER: <image>\\n... ASSISTANT:``,
-  ``</s>`` after assistant turns), as FLEUR's and VisCE2's code use it, not the handler's variant;
+* the prompt format is chosen from the GGUF headers (:func:`.families.read_pair`): LLaVA-1.5 gets
+  LLaVA's own ``llava_v1`` conversation (``SYSTEM USER: <image>\\n... ASSISTANT:``, ``</s>`` after
+  assistant turns), as FLEUR's and VisCE2's code use it; other families their GGUF's own chat
+  template, rendered as llama.cpp's server renders it (:mod:`.chat_template`);
 * decoding is plain greedy (argmax of the logits): no repeat penalty, top-k or min-p;
 * log-probabilities come straight from the logits under the full softmax: the chosen token, the
   top-k alternatives (a list, so tokens that decode to the same text do not overwrite each other)
@@ -23,13 +27,15 @@ The model and projector are loaded with ``llama-cpp-python`` (``Llama`` and the 
   whatever ran before (llama.cpp's kernels round differently for different batch sizes).
 
 Images are decoded by llama.cpp (``stb_image``; formats it cannot read fall back to Pillow) and
-preprocessed by ``clip.cpp`` as llama.cpp does for LLaVA-1.5 (pad to square, resize, normalise).
+preprocessed by ``clip.cpp`` as llama.cpp does for each family (LLaVA-1.5: pad to square, resize,
+normalise; Qwen-VL: dynamic resolution; ...). Positions follow libmtmd: an image takes as many
+positions as tokens, except under Qwen's multimodal rotary positions (M-RoPE), where it takes
+``max(rows, columns)``; the context (``n_ctx``) counts tokens.
 """
 
 from __future__ import annotations
 
 import ctypes
-import functools
 import hashlib
 import itertools
 import threading
@@ -48,17 +54,26 @@ from capjudge.backends.base import (
     Capabilities,
     Completion,
     ContextLengthError,
+    Message,
     Request,
     TokenStep,
     Usage,
+)
+from capjudge.backends.llamacpp.chat_template import render_chat_template
+from capjudge.backends.llamacpp.families import (
+    GGUFPair,
+    UnsupportedModelError,
+    read_pair,
+    supported_families,
 )
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import as_bool, as_int, check_known
 from capjudge.images import LoadedImage
 
-__all__ = ["LlamaCppBackend", "ProjectorMismatchError", "from_spec", "render_llava_v1"]
+__all__ = ["LlamaCppBackend", "ProjectorMismatchError", "UnsupportedModelError", "from_spec", "render_llava_v1"]
 
 DEFAULT_N_CTX = 2048  # LLaVA-1.5 was trained at 2048; 576 image tokens + prompt + answer fit
+PROMPT_FORMATS = ("auto", "llava_v1", "chat_template")
 MAX_TOP_LOGPROBS = 100
 DEFAULT_PROMPT_BLOCK = 16  # tokens; see LlamaCppBackend._decode_blocks
 _DIGEST_BYTES = 1 << 20
@@ -96,29 +111,36 @@ def _block_size(prompt_block: int, n_batch: int) -> int:
     return max(1, min(int(prompt_block), int(n_batch))) if prompt_block > 0 else max(1, int(n_batch))
 
 
-def check_files(model_path: Path, mmproj_path: Path | None) -> None:
-    """Both files exist, are GGUF, and the projector's output width is the model's."""
+def check_files(model_path: Path, mmproj_path: Path | None, *, prompt_format: str = "auto", chat_template: Path | None = None) -> GGUFPair:
+    """Both files exist and are GGUF, the pair is one llama.cpp runs (see :mod:`.families`), and
+    the projector's output width is the model's. Returns what the headers say and the prompt
+    format chosen."""
     _check_gguf(model_path, "model")
     if mmproj_path is not None:
         _check_gguf(mmproj_path, "mmproj (projector)")
-        text_w, proj_w = gguf_widths(model_path, mmproj_path)
-        if text_w is not None and proj_w is not None and text_w != proj_w:
-            raise ProjectorMismatchError(
-                f"projector {str(mmproj_path)!r} outputs {proj_w}-wide embeddings but model "
-                f"{str(model_path)!r} has width {text_w}: use the mmproj file released with this model"
-            )
+    pair = read_pair(model_path, mmproj_path, prompt_format=prompt_format, chat_template=chat_template)
+    text_w, proj_w = gguf_widths(model_path, mmproj_path) if mmproj_path is not None else (None, None)
+    if mmproj_path is not None and text_w is not None and proj_w is not None and text_w != proj_w:
+        raise ProjectorMismatchError(
+            f"projector {str(mmproj_path)!r} outputs {proj_w}-wide embeddings but model "
+            f"{str(model_path)!r} has width {text_w}: use the mmproj file released with this model"
+        )
+    return pair
 
 
-def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_batch: int, n_gpu_layers: int, seed: int) -> dict[str, Any]:
-    """Kind, model file name and content digest, projector name and digest, prompt format, and
-    the settings that change the logits' rounding."""
+def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_batch: int, n_gpu_layers: int, seed: int, pair: GGUFPair | None = None) -> dict[str, Any]:
+    """Kind, model file name and content digest, projector name and digest, the prompt format
+    chosen (for a chat template: its digest, the architecture and projector type), and the
+    settings that change the logits' rounding. LLaVA-1.5 (``llava_v1``) keeps the identity it had
+    before other families were supported, so existing caches stay valid."""
+    chosen = pair.identity() if pair is not None else {"prompt_format": "llava_v1"}
     return {
         "kind": LlamaCppBackend.kind,
         "model": model_path.stem,
         "model_digest": _file_digest(model_path),
         "mmproj": mmproj_path.name if mmproj_path else None,
         "mmproj_digest": _file_digest(mmproj_path) if mmproj_path else None,
-        "prompt_format": "llava_v1",
+        **chosen,
         "decoding": "argmax",
         "seed": int(seed),
         # Text is evaluated in blocks of this size; another size, another batch size or GPU
@@ -131,52 +153,31 @@ def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_
 
 def gguf_widths(model_path: Path, mmproj_path: Path) -> tuple[int | None, int | None]:
     """The text model's embedding width and the projector's output width, read from the GGUF
-    headers (``None`` where the file does not say, e.g. an unusual projector type).
-
-    Read once per version of the two files: the spec check and the model load both ask, and
-    reading a multi-GB model's header parses its whole vocabulary."""
-    stamp = tuple((str(p), p.stat().st_size, p.stat().st_mtime_ns) for p in (model_path, mmproj_path))
-    return _gguf_widths(stamp)
-
-
-@functools.lru_cache(maxsize=8)
-def _gguf_widths(stamp: tuple[tuple[str, int, int], ...]) -> tuple[int | None, int | None]:
-    model_path, mmproj_path = (Path(name) for name, _, _ in stamp)
-    try:
-        from gguf import GGUFReader
-    except ImportError:  # pragma: no cover - gguf is a dependency of the extra
-        return None, None
-
-    def field(reader: Any, key: str) -> Any:
-        f = reader.fields.get(key)
-        return None if f is None else f.contents()
-
-    text_width = None
-    model = GGUFReader(str(model_path))
-    arch = field(model, "general.architecture")
-    if arch:
-        w = field(model, f"{arch}.embedding_length")
-        text_width = int(w) if w is not None else None
-    proj_width = None
-    proj = GGUFReader(str(mmproj_path))
-    for t in proj.tensors:
-        if t.name == "mm.2.weight" and len(t.shape) == 2:  # LLaVA-1.5 MLP projector: (in, out)
-            proj_width = int(t.shape[1])
-    return text_width, proj_width
+    headers (``None`` where the file does not say, or for a projector type whose width only
+    libmtmd computes)."""
+    pair = read_pair(model_path, mmproj_path)
+    return pair.text_width, pair.projector_width
 
 
 @dataclass
 class _Chunk:
+    """One libmtmd chunk: text ``("text", tokens)`` or an image ``("media", id, n_tokens, n_pos)``;
+    it fills ``n_tokens`` KV cells and advances the position by ``n_pos`` (they differ for images
+    under M-RoPE)."""
+
     key: tuple[Any, ...]
     n_pos: int
+    n_tokens: int
 
 
 class LlamaCppBackend(Backend):
-    """A LLaVA-1.5 GGUF model run in-process by llama.cpp (see the module docstring).
+    """A GGUF vision-language model run in-process by llama.cpp (see the module docstring).
 
     ``mmproj`` may be ``None`` for text-only use; requests with images then fail with a clear error.
     ``prompt_block``: text is evaluated, and reused from the KV cache, in blocks of this many tokens
     (at most ``n_batch``); ``<= 0`` evaluates whole batches and reuses only whole prompt chunks.
+    ``prompt_format``: ``auto`` (chosen from the GGUF headers, see :mod:`.families`),
+    ``llava_v1`` or ``chat_template``; ``chat_template``: a Jinja file replacing the model's own.
     """
 
     kind = "llamacpp"
@@ -192,20 +193,23 @@ class LlamaCppBackend(Backend):
         n_batch: int = 512,
         prompt_block: int = DEFAULT_PROMPT_BLOCK,
         seed: int = 0,
+        prompt_format: str = "auto",
+        chat_template: str | Path | None = None,
         verbose: bool = False,
         spec: str = "",
     ) -> None:
         try:
             import llama_cpp
             import llama_cpp.mtmd_cpp as mtmd_cpp
-            from llama_cpp.llama_chat_format import Llava15ChatHandler
+            from llama_cpp.llama_chat_format import MTMDChatHandler
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise BackendError(f"llama-cpp-python is not installed ({exc}); pip install 'capjudge[llamacpp]'") from exc
         self._llama_cpp = llama_cpp
         self._mtmd = mtmd_cpp
         self.model_path = Path(model_path).expanduser()
         self.mmproj_path = Path(mmproj).expanduser() if mmproj else None
-        check_files(self.model_path, self.mmproj_path)
+        template_path = Path(chat_template).expanduser() if chat_template else None
+        self.pair = check_files(self.model_path, self.mmproj_path, prompt_format=prompt_format, chat_template=template_path)
         self.n_ctx = int(n_ctx)
         self.seed = int(seed)
         self.verbose = bool(verbose)
@@ -224,7 +228,8 @@ class LlamaCppBackend(Backend):
 
         handler = None
         if self.mmproj_path is not None:
-            handler = Llava15ChatHandler(clip_model_path=str(self.mmproj_path), verbose=verbose)
+            # libmtmd's generic handler; the backend only uses its context (images, tokenizing)
+            handler = MTMDChatHandler(clip_model_path=str(self.mmproj_path), verbose=verbose)
         kwargs: dict[str, Any] = {"n_threads": n_threads} if n_threads else {}
         try:
             self._llm = llama_cpp.Llama(
@@ -239,7 +244,11 @@ class LlamaCppBackend(Backend):
                 **kwargs,
             )
         except (ValueError, RuntimeError) as exc:
-            raise BackendError(f"llama.cpp could not load model {str(self.model_path)!r}: {exc}") from exc
+            raise BackendError(
+                f"llama.cpp could not load model {str(self.model_path)!r} (general.architecture = "
+                f"{self.pair.architecture!r}): {exc}; is the file complete, and is its architecture one that "
+                f"llama-cpp-python {getattr(llama_cpp, '__version__', '?')}'s llama.cpp supports?"
+            ) from exc
         self._handler = handler
         # Free llama.cpp objects before interpreter teardown (their __del__ fails once stdout is gone).
         self._finalizer = weakref.finalize(self, self._llm.close)
@@ -249,14 +258,20 @@ class LlamaCppBackend(Backend):
             except (ValueError, RuntimeError) as exc:
                 self._llm.close()
                 raise ProjectorMismatchError(
-                    f"llama.cpp could not load projector {str(self.mmproj_path)!r} for model "
-                    f"{str(self.model_path)!r}: {exc} (is it the mmproj released with this model?)"
+                    f"llama.cpp could not load projector {str(self.mmproj_path)!r} "
+                    f"(clip.projector_type = {self.pair.projector_type!r}) for model {str(self.model_path)!r} "
+                    f"(general.architecture = {self.pair.architecture!r}): {exc} (is it the mmproj released "
+                    f"with this model? llama.cpp logs the cause with ?verbose=1). Projector types llama.cpp "
+                    f"supports for images:\n{supported_families()}"
                 ) from exc
         self._ctx = self._llm._ctx.ctx
         self._vocab = self._llm._model.vocab
         self.n_vocab = int(self._llm.n_vocab())
         self._digit_ids = self._find_digit_ids()
         self._marker = mtmd_cpp.mtmd_default_marker().decode("utf-8")
+        self._strip_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
+        self._bos_text = self._special_text(llama_cpp.llama_vocab_bos(self._vocab))
+        self._eos_text = self._special_text(llama_cpp.llama_vocab_eos(self._vocab))
         self.capabilities = Capabilities(
             logprobs=True,
             max_top_logprobs=MAX_TOP_LOGPROBS,
@@ -267,7 +282,7 @@ class LlamaCppBackend(Backend):
             prefix_reuse=True,
             system_prompt=True,
         )
-        self._identity = model_identity(self.model_path, self.mmproj_path, block=self._block, n_batch=n_batch, n_gpu_layers=n_gpu_layers, seed=self.seed)
+        self._identity = model_identity(self.model_path, self.mmproj_path, block=self._block, n_batch=n_batch, n_gpu_layers=n_gpu_layers, seed=self.seed, pair=self.pair)
 
     @property
     def _mtmd_ctx(self) -> Any:
@@ -302,6 +317,22 @@ class LlamaCppBackend(Backend):
             return raw.decode("utf-8")
         except UnicodeDecodeError:  # a byte-fallback token holding part of a UTF-8 character
             return self._llm._model.token_get_text(token)
+
+    def _special_text(self, token: int) -> str:
+        """The text of a special token (BOS/EOS) as a chat template writes it; ``""`` if none."""
+        if token < 0 or token >= self.n_vocab:
+            return ""
+        return self._llm._model.token_get_text(token)
+
+    def render(self, messages: Sequence[Message]) -> str:
+        """The prompt text of a conversation in the chosen format, libmtmd's marker per image."""
+        if self.pair.prompt_format == "llava_v1":
+            return render_llava_v1(messages, self._marker)
+        assert self.pair.chat_template is not None
+        return render_chat_template(
+            self.pair.chat_template, messages, self._marker,
+            bos=self._bos_text, eos=self._eos_text, strip_bos=self._strip_bos,
+        )
 
     # -- backend API --------------------------------------------------------------------------
 
@@ -348,7 +379,9 @@ class LlamaCppBackend(Backend):
 
     def _placeholder(self, image: LoadedImage) -> Any:
         """A 1x1 bitmap carrying ``image``'s id: tokenizes to the same chunks when the image's
-        token count does not depend on its size (LLaVA-1.5), without decoding or resizing it."""
+        token count does not depend on its size (LLaVA-1.5, Gemma 3), without decoding or resizing
+        it. For dynamic-resolution families (Qwen-VL, Idefics3 tiles) the chunks usually differ
+        from the cached ones and the real image is tokenized instead."""
         m = self._mtmd
         bitmap = m.mtmd_bitmap_init(1, 1, (ctypes.c_uint8 * 3)())
         if bitmap is None:  # pragma: no cover - allocation failure
@@ -368,9 +401,9 @@ class LlamaCppBackend(Backend):
         if images and self._handler is None:
             raise BackendError("this llama.cpp backend was loaded without a projector: add ?mmproj=<mmproj.gguf> to the spec")
         if self._handler is None:
-            tokens = self._llm.tokenize(render_llava_v1(request.messages, self._marker).encode(), add_bos=True, special=True)
-            return [_Chunk(("text", tuple(tokens)), len(tokens))], tokens, []
-        text = render_llava_v1(request.messages, self._marker).encode("utf-8")
+            tokens = self._llm.tokenize(self.render(request.messages).encode(), add_bos=True, special=True)
+            return [_Chunk(("text", tuple(tokens)), len(tokens), len(tokens))], tokens, []
+        text = self.render(request.messages).encode("utf-8")
         cached = {c.key[1] for c in self._kv if c.key[0] == "media"}
         if images and all(img.sha256.encode() in cached for img in images):
             try:
@@ -418,15 +451,18 @@ class LlamaCppBackend(Backend):
             if m.mtmd_input_chunk_get_type(c) == m.MTMD_INPUT_CHUNK_TYPE_TEXT:
                 n = ctypes.c_size_t()
                 ptr = m.mtmd_input_chunk_get_tokens_text(c, ctypes.byref(n))
-                out.append(_Chunk(("text", tuple(ptr[j] for j in range(n.value))), int(m.mtmd_input_chunk_get_n_pos(c))))
+                out.append(_Chunk(("text", tuple(ptr[j] for j in range(n.value))), int(m.mtmd_input_chunk_get_n_pos(c)), n.value))
             else:
-                # the id is the image's sha256 (set on the bitmap); never let two unnamed images match
+                # the id is the image's sha256 (set on the bitmap); never let two unnamed images match.
+                # n_pos is part of the key: under M-RoPE two images of one token count can take
+                # different numbers of positions, and what follows them would be placed elsewhere.
                 cid = m.mtmd_input_chunk_get_id(c) or f"unnamed-{next(_UNNAMED)}".encode()
-                out.append(_Chunk(("media", cid, int(m.mtmd_input_chunk_get_n_tokens(c))), int(m.mtmd_input_chunk_get_n_pos(c))))
+                n_tok, n_pos = int(m.mtmd_input_chunk_get_n_tokens(c)), int(m.mtmd_input_chunk_get_n_pos(c))
+                out.append(_Chunk(("media", cid, n_tok, n_pos), n_pos, n_tok))
         return out, chunks, bitmaps
 
     def _evaluate_prompt(self, chunks: list[_Chunk], mt_chunks: Any) -> int:
-        """Bring the KV cache to the prompt; returns how many positions were reused.
+        """Bring the KV cache to the prompt; returns how many prompt tokens were reused.
 
         Whole leading chunks that match the cache are kept; in the first chunk that differs, a text
         chunk keeps the whole blocks of its longest common token prefix with the cached one. The
@@ -436,7 +472,7 @@ class LlamaCppBackend(Backend):
         keep = 0
         while keep < len(chunks) - 1 and keep < len(self._kv) and self._kv[keep].key == chunks[keep].key:
             keep += 1
-        reused = sum(c.n_pos for c in chunks[:keep])
+        reused = sum(c.n_pos for c in chunks[:keep])  # positions (= tokens but for M-RoPE images)
         offset = 0  # tokens of chunk `keep` that stay in the cache
         if keep < len(self._kv) and chunks[keep].key[0] == "text" and self._kv[keep].key[0] == "text":
             new, old = chunks[keep].key[1], self._kv[keep].key[1]
@@ -447,8 +483,8 @@ class LlamaCppBackend(Backend):
             self._llm._ctx.kv_cache_clear()
             keep, reused, offset = 0, 0, 0
         self._kv = list(chunks[:keep])
-        reused += offset
-        n_past = reused
+        reused_tokens = sum(c.n_tokens for c in chunks[:keep]) + offset
+        n_past = reused + offset
         for i in range(keep, len(chunks)):
             last = i == len(chunks) - 1
             if chunks[i].key[0] == "text":
@@ -466,7 +502,7 @@ class LlamaCppBackend(Backend):
             # Not the helper's new_n_past: for text chunks it counts from its initial value.
             n_past += chunks[i].n_pos - (offset if i == keep else 0)
             self._kv.append(chunks[i])
-        return reused
+        return reused_tokens
 
     def _decode_blocks(self, tokens: list[int], n_past: int, start: int) -> None:
         """Evaluate text tokens ``start..`` of a chunk in the chunk's fixed blocks.
@@ -501,9 +537,9 @@ class LlamaCppBackend(Backend):
             raise BackendError("the llama.cpp backend draws one answer per request (n=1); use sample_index for repeats")
         chunks, mt_chunks, bitmaps = self._tokenize(request)
         try:
-            n_prompt = sum(c.n_pos for c in chunks)
+            n_prompt = sum(c.n_tokens for c in chunks)  # KV cells: what n_ctx limits
             if n_prompt >= self.n_ctx:
-                n_img = sum(c.n_pos for c in chunks if c.key[0] == "media")
+                n_img = sum(c.n_tokens for c in chunks if c.key[0] == "media")
                 raise ContextLengthError(
                     f"prompt is {n_prompt} tokens ({n_img} of them image tokens) but the context holds "
                     f"n_ctx={self.n_ctx}: raise n_ctx (spec option ?n_ctx=) or shorten the prompt"
@@ -517,13 +553,14 @@ class LlamaCppBackend(Backend):
         finally:
             self._free(mt_chunks, bitmaps)
         try:
-            return self._generate_tokens(request, n_prompt, reused)
+            return self._generate_tokens(request, n_prompt, sum(c.n_pos for c in chunks), reused)
         except BaseException:
             self._kv = []
             self._llm._ctx.kv_cache_clear()
             raise
 
-    def _generate_tokens(self, request: Request, n_prompt: int, reused: int) -> Completion:
+    def _generate_tokens(self, request: Request, n_prompt: int, n_pos: int, reused: int) -> Completion:
+        """Decode the answer; the prompt fills ``n_prompt`` KV cells and ends at position ``n_pos``."""
         cfg = request.config
         k = max(0, min(int(cfg.top_logprobs), MAX_TOP_LOGPROBS))
         rng = None
@@ -534,7 +571,7 @@ class LlamaCppBackend(Backend):
         steps: list[TokenStep] = []
         finish = "length"
         text = ""
-        pos = n_prompt
+        pos, cells = n_pos, n_prompt
         for _ in range(max(0, cfg.max_new_tokens)):
             logits = self._logits()
             lse = float(np.logaddexp.reduce(logits))
@@ -557,10 +594,11 @@ class LlamaCppBackend(Backend):
                 text = text[:hit]
                 finish = "stop"
                 break
-            if pos >= self.n_ctx:
+            if cells >= self.n_ctx:
                 break
             self._decode([tok], pos)
             pos += 1
+            cells += 1
         return Completion(
             text=text.strip(),
             steps=steps,
@@ -612,7 +650,9 @@ def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
     Options (spec query or keyword): ``mmproj``, ``n_ctx`` (default 2048), ``n_threads``,
     ``n_gpu_layers`` (default 0; -1 offloads all), ``n_batch`` (512), ``prompt_block`` (16: text is
     evaluated and reused in blocks of this many tokens; 0 evaluates whole batches, reusing only
-    whole chunks), ``seed`` (0), ``verbose``.
+    whole chunks), ``seed`` (0), ``prompt_format`` (``auto``: chosen from the GGUF headers;
+    ``llava_v1``; ``chat_template``), ``chat_template`` (a Jinja file replacing the model's own
+    template), ``verbose``.
     """
     o = check_options(spec, **options)
     return LlamaCppBackend(spec.target, o.pop("mmproj"), spec=getattr(spec, "raw", "") or "", **o)
@@ -626,8 +666,9 @@ def lazy_from_spec(spec: Any, **options: Any) -> Backend:
     o = check_options(spec, **options)
     model_path = Path(spec.target).expanduser()
     mmproj = Path(str(o["mmproj"])).expanduser() if o["mmproj"] else None
-    check_files(model_path, mmproj)
-    ident = model_identity(model_path, mmproj, block=_block_size(o["prompt_block"], o["n_batch"]), n_batch=o["n_batch"], n_gpu_layers=o["n_gpu_layers"], seed=o["seed"])
+    template = Path(str(o["chat_template"])).expanduser() if o["chat_template"] else None
+    pair = check_files(model_path, mmproj, prompt_format=o["prompt_format"], chat_template=template)
+    ident = model_identity(model_path, mmproj, block=_block_size(o["prompt_block"], o["n_batch"]), n_batch=o["n_batch"], n_gpu_layers=o["n_gpu_layers"], seed=o["seed"], pair=pair)
     raw = getattr(spec, "raw", "") or ""
     shown = raw or f"llamacpp:{model_path}" + (f"?mmproj={mmproj}" if mmproj else "")
     kwargs = {k: v for k, v in o.items() if k != "mmproj"}
@@ -638,7 +679,7 @@ def check_options(spec: Any, **options: Any) -> dict[str, Any]:
     """The options of ``llamacpp:`` converted and checked without loading anything: names,
     numbers, yes/no values, and the model and projector files, which must exist. Returns the
     keyword arguments of :class:`LlamaCppBackend` (``mmproj`` included)."""
-    check_known("llamacpp", options, ("mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "prompt_block", "seed", "verbose", "clip_model_path"))
+    check_known("llamacpp", options, ("mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "prompt_block", "seed", "prompt_format", "chat_template", "verbose", "clip_model_path"))
     mmproj = options.get("mmproj") or options.get("clip_model_path")
     block = as_int(options.get("prompt_block"), "prompt_block")
     out = {
@@ -649,8 +690,12 @@ def check_options(spec: Any, **options: Any) -> dict[str, Any]:
         "n_batch": as_int(options.get("n_batch"), "n_batch") or 512,
         "prompt_block": DEFAULT_PROMPT_BLOCK if block is None else block,
         "seed": as_int(options.get("seed"), "seed") or 0,
+        "prompt_format": str(options.get("prompt_format") or "auto"),
+        "chat_template": options.get("chat_template") or None,
         "verbose": as_bool(options.get("verbose", False), "verbose"),
     }
+    if out["prompt_format"] not in PROMPT_FORMATS:
+        raise BackendError(f"llamacpp option prompt_format={out['prompt_format']!r}: use one of {', '.join(PROMPT_FORMATS)}")
     _check_gguf(Path(spec.target).expanduser(), "model")
     if out["mmproj"] is not None:
         _check_gguf(Path(str(out["mmproj"])).expanduser(), "mmproj (projector)")
