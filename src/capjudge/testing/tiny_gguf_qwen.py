@@ -84,8 +84,9 @@ def _vocab() -> tuple[list[str], list[int], list[str]]:
     return tokens + list(SPECIAL_TOKENS), types, merges
 
 
-def write_tiny_qwen2vl_text(path: str | Path, seed: int = 0) -> Path:
-    """Write the tiny ``qwen2vl`` text model (f32, with its chat template) to ``path``."""
+def write_tiny_qwen2vl_text(path: str | Path, seed: int = 0, *, chat_template: str | None = QWEN_CHAT_TEMPLATE) -> Path:
+    """Write the tiny ``qwen2vl`` text model (f32) to ``path``, with ``chat_template`` as its
+    ``tokenizer.chat_template`` (``None``: a model that carries no template)."""
     import gguf
 
     rng = np.random.default_rng(seed)
@@ -124,7 +125,8 @@ def write_tiny_qwen2vl_text(path: str | Path, seed: int = 0) -> Path:
     w.add_eos_token_id(index["<|im_end|>"])
     w.add_pad_token_id(index["<|endoftext|>"])
     w.add_add_bos_token(False)
-    w.add_chat_template(QWEN_CHAT_TEMPLATE)
+    if chat_template is not None:
+        w.add_chat_template(chat_template)
 
     def lin(n_out: int, n_in: int, scale: float) -> np.ndarray:
         m = rng.normal(0.0, scale, (n_out, n_in)).astype(np.float32)
@@ -206,15 +208,24 @@ def write_tiny_qwen25vl_projector(path: str | Path, seed: int = 0, *, text_width
     return Path(path)
 
 
-def build_tiny_qwen25vl_gguf(directory: str | Path, seed: int = 0, *, projector_width: int | None = None, projector_type: str = "qwen2.5vl_merger") -> tuple[Path, Path]:
+def build_tiny_qwen25vl_gguf(
+    directory: str | Path,
+    seed: int = 0,
+    *,
+    projector_width: int | None = None,
+    projector_type: str = "qwen2.5vl_merger",
+    chat_template: str | None = QWEN_CHAT_TEMPLATE,
+) -> tuple[Path, Path]:
     """Write ``tiny-qwen2.5-vl.gguf`` and its ``mmproj`` into ``directory``; returns both paths.
 
     Deterministic for a given ``seed``. ``projector_width`` / ``projector_type`` make projectors
-    that do not fit the model or that llama.cpp does not know, for error tests.
+    that do not fit the model or that llama.cpp does not know, ``chat_template=None`` a model
+    without a template, for error tests.
     """
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    model = write_tiny_qwen2vl_text(directory / "tiny-qwen2.5-vl.gguf", seed)
+    name = "tiny-qwen2.5-vl.gguf" if chat_template == QWEN_CHAT_TEMPLATE else "tiny-qwen2.5-vl-other-template.gguf"
+    model = write_tiny_qwen2vl_text(directory / name, seed, chat_template=chat_template)
     width = _N_EMBD if projector_width is None else projector_width
     suffix = ("" if width == _N_EMBD else f"-w{width}") + ("" if projector_type == "qwen2.5vl_merger" else f"-{projector_type}")
     mmproj = write_tiny_qwen25vl_projector(directory / f"tiny-qwen2.5-vl-mmproj{suffix}.gguf", seed, text_width=width, projector_type=projector_type)

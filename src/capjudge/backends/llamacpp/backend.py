@@ -63,6 +63,7 @@ from capjudge.backends.llamacpp.chat_template import render_chat_template
 from capjudge.backends.llamacpp.families import (
     GGUFPair,
     UnsupportedModelError,
+    read_headers,
     read_pair,
     supported_families,
 )
@@ -155,8 +156,8 @@ def gguf_widths(model_path: Path, mmproj_path: Path) -> tuple[int | None, int | 
     """The text model's embedding width and the projector's output width, read from the GGUF
     headers (``None`` where the file does not say, or for a projector type whose width only
     libmtmd computes)."""
-    pair = read_pair(model_path, mmproj_path)
-    return pair.text_width, pair.projector_width
+    h = read_headers(model_path, mmproj_path)
+    return h.text_width, h.projector_width
 
 
 @dataclass

@@ -8,7 +8,7 @@ llama.cpp): the text model's ``general.architecture``, embedding width and
 * ``llava_v1``: LLaVA's own conversation string (``SYSTEM USER: <image>\\n... ASSISTANT:``), used
   by FLEUR's and VisCE2's code. Chosen for LLaVA-1.5's projector (``mlp`` without any-resolution
   grid) whatever the file's chat template, and for the other LLaVA-style projectors (``mlp``,
-  ``mlp_norm``, ``ldp``, ``ldpv2``) when the model has no chat template; also for text-only use of
+  ``ldp``, ``ldpv2``) when the model has no chat template; also for text-only use of
   a model without a chat template.
 * ``chat_template``: the model's own ``tokenizer.chat_template`` (or a Jinja file given with the
   ``chat_template=`` option), rendered as llama.cpp's server renders it: images become libmtmd's
@@ -36,7 +36,9 @@ __all__ = [
     "LLAVA_PROJECTORS",
     "VISION_PROJECTORS",
     "GGUFPair",
+    "Headers",
     "UnsupportedModelError",
+    "read_headers",
     "read_pair",
     "supported_families",
 ]
@@ -45,8 +47,7 @@ LLAMA_CPP_PYTHON_VERSION = "0.3.36"
 
 # clip.projector_type -> the model family that uses it (vision projectors of llama.cpp's libmtmd).
 VISION_PROJECTORS: dict[str, str] = {
-    "mlp": "LLaVA-1.5 / LLaVA-1.6 (LLaVA-NeXT), BakLLaVA, ShareGPT4V, Granite Vision",
-    "mlp_norm": "Yi-VL",
+    "mlp": "LLaVA-1.5 / LLaVA-1.6 (LLaVA-NeXT), BakLLaVA, ShareGPT4V, Yi-VL, Granite Vision",
     "ldp": "MobileVLM",
     "ldpv2": "MobileVLM V2",
     "resampler": "MiniCPM-V 2.5-4.5",
@@ -98,13 +99,12 @@ AUDIO_PROJECTORS: frozenset[str] = frozenset({
     "qwen3tts_gen", "pockettts_spkenc", "pockettts_gen",
 })
 # LLaVA-style projectors, whose models (when they carry no chat template) speak llava_v1.
-LLAVA_PROJECTORS: frozenset[str] = frozenset({"mlp", "mlp_norm", "ldp", "ldpv2"})
+LLAVA_PROJECTORS: frozenset[str] = frozenset({"mlp", "ldp", "ldpv2"})
 
 # Where the projector's output width is in its tensors (as clip.cpp's clip_n_mmproj_embd reads
 # it): tensor name and dimension (ggml order). Other types are checked by libmtmd when it loads.
 _WIDTH_TENSORS: dict[str, tuple[str, int]] = {
-    "mlp": ("mm.2.weight", 1),
-    "mlp_norm": ("mm.3.bias", 0),
+    "mlp": ("mm.2.weight", 1),  # Yi-VL's variant has no mm.2: left to libmtmd
     "pixtral": ("mm.2.weight", 1),
     "qwen2vl_merger": ("mm.2.bias", 0),
     "qwen2.5vl_merger": ("mm.2.bias", 0),
@@ -168,18 +168,46 @@ def read_pair(model_path: Path, mmproj_path: Path | None, *, prompt_format: str 
     ``prompt_format``: ``auto``, ``llava_v1`` or ``chat_template``; ``chat_template``: a Jinja file
     that replaces the model's template. Raises :class:`UnsupportedModelError` naming the file for
     a projector llama.cpp cannot use for images, a swapped model/projector, or a non-LLaVA model
-    without any chat template. Read once per version of the files (a large model's header holds
-    its whole vocabulary)."""
+    without any chat template."""
     template_text = None
     if chat_template is not None:
         if not chat_template.is_file():
             raise FileNotFoundError(f"chat template file not found: {str(chat_template)!r}")
         template_text = chat_template.read_text(encoding="utf-8")
-    return _read_pair(_stamp(model_path), _stamp(mmproj_path), prompt_format, template_text)
+    h = read_headers(model_path, mmproj_path)
+    own_template = h.chat_template
+    fmt = _choose_format(model_path, h.projector_type, h.pinpoints, own_template if template_text is None else template_text, prompt_format)
+    return GGUFPair(
+        architecture=h.architecture,
+        text_width=h.text_width,
+        projector_type=h.projector_type,
+        projector_width=h.projector_width,
+        prompt_format=fmt,
+        chat_template=None if fmt == "llava_v1" else (template_text or own_template),
+    )
+
+
+@dataclass(frozen=True)
+class Headers:
+    """The header fields of a model (and projector) file that the backend uses."""
+
+    architecture: str | None
+    text_width: int | None
+    chat_template: str | None
+    projector_type: str | None
+    projector_width: int | None
+    pinpoints: bool
+
+
+def read_headers(model_path: Path, mmproj_path: Path | None) -> Headers:
+    """The headers of both files, read once per version of the files (a large model's header holds
+    its whole vocabulary). Raises :class:`UnsupportedModelError` for swapped files and projectors
+    llama.cpp cannot use for images."""
+    return _read_headers(_stamp(model_path), _stamp(mmproj_path))
 
 
 @functools.lru_cache(maxsize=8)
-def _read_pair(model: tuple[str, int, int], mmproj: tuple[str, int, int] | None, prompt_format: str, template_text: str | None) -> GGUFPair:
+def _read_headers(model: tuple[str, int, int], mmproj: tuple[str, int, int] | None) -> Headers:
     from gguf import GGUFReader
 
     def field(reader: Any, key: str) -> Any:
@@ -221,14 +249,13 @@ def _read_pair(model: tuple[str, int, int], mmproj: tuple[str, int, int] | None,
                     proj_width = int(t.shape[where[1]])
         del proj
 
-    fmt = _choose_format(model_path, proj_type, pinpoints, own_template if template_text is None else template_text, prompt_format)
-    return GGUFPair(
+    return Headers(
         architecture=arch,
         text_width=int(width) if width is not None else None,
+        chat_template=own_template,
         projector_type=proj_type,
         projector_width=proj_width,
-        prompt_format=fmt,
-        chat_template=None if fmt == "llava_v1" else (template_text or own_template),
+        pinpoints=pinpoints,
     )
 
 
