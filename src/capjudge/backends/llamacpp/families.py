@@ -260,9 +260,12 @@ def _read_headers(model: tuple[str, int, int], mmproj: tuple[str, int, int] | No
 
 
 def _check_projector(path: Path, proj_type: Any, has_vision: Any) -> None:
-    import llama_cpp
+    try:
+        import llama_cpp
 
-    known = getattr(llama_cpp, "__version__", None) == LLAMA_CPP_PYTHON_VERSION
+        known = getattr(llama_cpp, "__version__", None) == LLAMA_CPP_PYTHON_VERSION
+    except ImportError:  # checked without llama.cpp (the backend itself needs it)
+        known = False
     if proj_type in AUDIO_PROJECTORS or (has_vision is False and proj_type not in VISION_PROJECTORS):
         raise UnsupportedModelError(
             f"projector {str(path)!r} ({proj_type!r}) has no vision encoder: it takes audio, and capjudge "
