@@ -1,10 +1,11 @@
-"""llama.cpp backend beyond LLaVA-1.5: a tiny random-weight Qwen2.5-VL GGUF pair (built offline by
-capjudge.testing.tiny_gguf_qwen) through libmtmd's generic path, the prompt format chosen from the
-GGUF headers, and the errors for pairs llama.cpp cannot run.
+"""llama.cpp backend beyond LLaVA-1.5: tiny random-weight Qwen2.5-VL and Gemma 3 GGUF pairs (built
+offline by capjudge.testing.tiny_gguf_qwen / tiny_gguf_gemma) through libmtmd's generic path, the
+prompt format chosen from the GGUF headers, and the errors for pairs llama.cpp cannot run.
 
-The real multimodal path runs: clip.cpp encodes the image with Qwen2.5-VL's window-attention
-tower and merger, libmtmd places it with multimodal rotary positions (M-RoPE: an image takes
-max(rows, columns) positions), and the backend reads the digits' probabilities from the logits.
+The real multimodal path runs: clip.cpp encodes the image (Qwen2.5-VL's window-attention tower and
+merger; Gemma 3's pooled SigLIP), libmtmd places it (Qwen: multimodal rotary positions, M-RoPE, an
+image taking max(rows, columns) positions; Gemma 3: bidirectional attention over the image, a
+sliding-window text model), and the backend reads the digits' probabilities from the logits.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from capjudge.backends.registry import load_backend  # noqa: E402
 from capjudge.images import load_image  # noqa: E402
 from capjudge.judges.smoothing import smooth_from_steps  # noqa: E402
 from capjudge.testing.tiny_gguf import build_tiny_llava_gguf  # noqa: E402
+from capjudge.testing.tiny_gguf_gemma import GEMMA_CHAT_TEMPLATE, build_tiny_gemma3_gguf  # noqa: E402
 from capjudge.testing.tiny_gguf_qwen import QWEN_CHAT_TEMPLATE, build_tiny_qwen25vl_gguf  # noqa: E402
 
 SYSTEM = "A chat between a curious human and an artificial intelligence assistant."
@@ -57,12 +59,32 @@ def qwen(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 
 
 @pytest.fixture(scope="module")
+def gemma(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return build_tiny_gemma3_gguf(tmp_path_factory.mktemp("tiny-gemma"), seed=0)
+
+
+@pytest.fixture(scope="module")
 def backend(qwen: tuple[Path, Path]) -> LlamaCppBackend:
     model, mmproj = qwen
     be = load_backend(f"llamacpp:{model}?mmproj={mmproj}&n_ctx=1024&n_threads=2")
     assert isinstance(be, LlamaCppBackend)
     yield be
     be.close()
+
+
+@pytest.fixture(scope="module")
+def gemma_backend(gemma: tuple[Path, Path]) -> LlamaCppBackend:
+    be = LlamaCppBackend(gemma[0], gemma[1], n_ctx=1024, n_threads=2)
+    yield be
+    be.close()
+
+
+@pytest.fixture(scope="module", params=["qwen2.5-vl", "gemma-3"])
+def family(request: pytest.FixtureRequest) -> tuple[str, tuple[Path, Path], LlamaCppBackend]:
+    """Each non-LLaVA family: its name, files and loaded backend."""
+    if request.param == "qwen2.5-vl":
+        return request.param, request.getfixturevalue("qwen"), request.getfixturevalue("backend")
+    return request.param, request.getfixturevalue("gemma"), request.getfixturevalue("gemma_backend")
 
 
 def _image(color: tuple[int, int, int], size: tuple[int, int]):
@@ -85,11 +107,11 @@ def _key(c: Completion) -> tuple:
     return (c.text, c.finish_reason, [s.to_dict() for s in c.steps], c.usage)
 
 
-def _fresh(qwen: tuple[Path, Path], requests: list[Request]) -> list[Completion]:
+def _fresh(files: tuple[Path, Path], requests: list[Request]) -> list[Completion]:
     """Each request answered by a freshly loaded backend (nothing in its KV cache)."""
     outs = []
     for r in requests:
-        be = LlamaCppBackend(qwen[0], qwen[1], n_ctx=1024)
+        be = LlamaCppBackend(files[0], files[1], n_ctx=1024)
         try:
             outs.append(be.generate_one(r))
         finally:
@@ -110,6 +132,17 @@ def test_tiny_qwen_gguf_is_deterministic_and_tokenizes_digits_one_by_one(tmp_pat
         ids = llm.tokenize(b"Score: 0.85", add_bos=True)  # the vocabulary adds no BOS
         assert [llm._model.token_get_text(i) for i in ids] == ["Score", ":", "\u0120", "0", ".", "8", "5"]
         assert llm.tokenize(b"<|im_end|>", add_bos=False, special=True) == [llm.token_eos()]
+    finally:
+        llm.close()
+
+
+def test_tiny_gemma_gguf_is_deterministic_and_adds_its_bos(tmp_path: Path, gemma: tuple[Path, Path]) -> None:
+    a = build_tiny_gemma3_gguf(tmp_path / "a", seed=0)
+    assert [p.read_bytes() for p in a] == [p.read_bytes() for p in gemma]
+    llm = llama_cpp.Llama(model_path=str(gemma[0]), vocab_only=True, verbose=False)
+    try:
+        ids = llm.tokenize(b"Score: 0.85", add_bos=True)
+        assert [llm._model.token_get_text(i) for i in ids] == ["<bos>", "Score", ":", "\u2581", "0", ".", "8", "5"]
     finally:
         llm.close()
 
@@ -164,11 +197,12 @@ def test_prompt_is_the_gguf_chat_template(backend: LlamaCppBackend) -> None:
     assert (chunks[1].n_tokens, chunks[1].n_pos) == (12, 4)
 
 
-def test_image_request_gives_a_fleur_score_with_digit_probabilities(backend: LlamaCppBackend) -> None:
+def test_image_request_gives_a_fleur_score_with_digit_probabilities(family) -> None:
+    name, files, backend = family
     assert backend.capabilities.images and backend.capabilities.exact_digit_probs
     out = backend.generate_one(_request("a dog on the grass"))
     assert re.fullmatch(r"0\.\d", out.text), out.text
-    assert out.finish_reason == "stop" and out.model == "tiny-qwen2.5-vl"
+    assert out.finish_reason == "stop" and out.model == f"tiny-{name}"
     for step in out.steps:
         assert step.top[0] == (step.token, step.logprob) and len(step.top) == 10
         assert step.digits is not None and sum(math.exp(x) for x in step.digits) <= 1.0 + 1e-9
@@ -182,19 +216,26 @@ def test_image_request_gives_a_fleur_score_with_digit_probabilities(backend: Lla
     assert other.steps[-1].digits != decimal.digits  # the image reaches the answer
 
 
-def test_digit_logprobs_equal_llama_cpp_logits(backend: LlamaCppBackend, qwen: tuple[Path, Path]) -> None:
+def test_digit_logprobs_equal_llama_cpp_logits(family) -> None:
     """The same chat through llama-cpp-python's own MTMDChatHandler (which renders the GGUF's chat
     template itself) with logits_all=True: same answer, same number of positions, and the
-    backend's log-probabilities are the log-softmax of the logits llama.cpp computed there."""
+    backend's log-probabilities are the log-softmax of the logits llama.cpp computed there.
+
+    MTMDChatHandler keeps a BOS that the template writes although the tokenizer adds one too
+    (Gemma 3 would start with two BOS there); its template is given without it."""
     from llama_cpp.llama_chat_format import MTMDChatHandler
 
+    class OneBos(MTMDChatHandler):
+        def _get_chat_template(self, llama_model):
+            return super()._get_chat_template(llama_model).replace("{{ bos_token }}", "")
+
+    _, (model, mmproj), backend = family
     caption = "a red car on the street"
     ours = backend.generate_one(_request(caption))
     chunks, mt_chunks, bitmaps = backend._tokenize(_request(caption))
     backend._free(mt_chunks, bitmaps)
-    model, mmproj = qwen
     llm = llama_cpp.Llama(
-        model_path=str(model), chat_handler=MTMDChatHandler(clip_model_path=str(mmproj), verbose=False),
+        model_path=str(model), chat_handler=OneBos(clip_model_path=str(mmproj), verbose=False),
         n_ctx=1024, logits_all=True, verbose=False,
     )
     try:
@@ -209,10 +250,10 @@ def test_digit_logprobs_equal_llama_cpp_logits(backend: LlamaCppBackend, qwen: t
             temperature=0.0, repeat_penalty=1.0, max_tokens=16,
         )
         assert ref["choices"][0]["message"]["content"].strip() == ours.text
-        # llama-cpp-python counts positions; the backend reports tokens (the image's 12, not 4)
+        # llama-cpp-python counts positions; the backend reports tokens (Qwen: the image's 12, not 4)
         n_pos = ref["usage"]["prompt_tokens"]
         assert n_pos == sum(c.n_pos for c in chunks)
-        assert ours.usage.prompt_tokens == sum(c.n_tokens for c in chunks) == n_pos + 12 - 4
+        assert ours.usage.prompt_tokens == sum(c.n_tokens for c in chunks)
         digit_ids = [llm.tokenize(d.encode(), add_bos=False)[0] for d in DIGITS]
         for k, step in enumerate(ours.steps):
             logits = np.asarray(llm.scores[n_pos - 1 + k], dtype=np.float64)
@@ -226,7 +267,8 @@ def test_digit_logprobs_equal_llama_cpp_logits(backend: LlamaCppBackend, qwen: t
 # -- prefix reuse under M-RoPE ------------------------------------------------------------------------
 
 
-def test_prefix_reuse_is_bit_identical_to_a_fresh_model(backend: LlamaCppBackend, qwen: tuple[Path, Path]) -> None:
+def test_prefix_reuse_is_bit_identical_to_a_fresh_model(family) -> None:
+    _, files, backend = family
     reqs = [
         _request("a cat on a red car"),
         _request("a cat on a red car parked in the old street"),  # extends the caption: partial reuse
@@ -236,13 +278,13 @@ def test_prefix_reuse_is_bit_identical_to_a_fresh_model(backend: LlamaCppBackend
         _request("a dog on the grass", WIDE),  # the placeholder of WIDE has 9 tokens too, in 3 positions
     ]
     ours = [backend.generate_one(r) for r in reqs]
-    assert [_key(o) for o in ours] == [_key(f) for f in _fresh(qwen, reqs)]
+    assert [_key(o) for o in ours] == [_key(f) for f in _fresh(files, reqs)]
     reused = [o.meta["reused_prompt_tokens"] for o in ours]
     system, image, _ = _chunks(backend, reqs[0])  # system turn and "<|vision_start|>"; the image
     lead = system.n_tokens + image.n_tokens
     assert reused[1] >= lead + 16 and (reused[1] - lead) % 16 == 0  # whole blocks of text after the image
     assert reused[2] < lead and reused[3] < lead  # another image: only the text before it
-    assert reused[5] >= system.n_tokens + 9  # the same wide image: system turn and image reused
+    assert reused[5] >= lead - image.n_tokens + 8  # the same wide image: system turn and image reused
 
 
 def _chunks(backend: LlamaCppBackend, request: Request) -> list:
@@ -252,7 +294,8 @@ def _chunks(backend: LlamaCppBackend, request: Request) -> list:
     return chunks
 
 
-def test_batch_groups_requests_of_one_image(backend: LlamaCppBackend) -> None:
+def test_batch_groups_requests_of_one_image(family) -> None:
+    backend = family[2]
     reqs = [_request("a dog", RED), _request("a dog", GREEN), _request("a cat", RED), _request("a car", GREEN)]
     outs = backend.generate(reqs)
     assert all(isinstance(o, Completion) for o in outs)
@@ -277,6 +320,35 @@ def test_text_only_and_multi_turn_go_through_the_template(qwen: tuple[Path, Path
     text = backend.render(follow.messages)
     assert f"<|im_start|>assistant\n{first.text}<|im_end|>\n<|im_start|>user\nWhy?" in text
     assert backend.generate_one(follow).usage.prompt_tokens > first.usage.prompt_tokens + 8
+
+
+def test_gemma_prompt_has_one_bos_and_its_image_tokens(gemma_backend: LlamaCppBackend, gemma: tuple[Path, Path]) -> None:
+    be = gemma_backend
+    assert read_pair(*gemma).chat_template == GEMMA_CHAT_TEMPLATE and be.pair.projector_type == "gemma3"
+    text = be.render(_request("a dog").messages)
+    # the template's {{ bos_token }} is dropped: the tokenizer adds BOS itself (no double BOS)
+    assert text == f"<start_of_turn>user\n{SYSTEM}\n\n<__media__>{FLEUR_LIKE.format(c='a dog')}<end_of_turn>\n<start_of_turn>model\n"
+    chunks = _chunks(be, _request("a dog"))
+    pieces = [be._llm._model.token_get_text(t) for t in chunks[0].key[1]]
+    assert pieces[:2] == ["<bos>", "<start_of_turn>"] and pieces.count("<bos>") == 1
+    assert pieces[-1] == "<start_of_image>" and be._llm._model.token_get_text(chunks[2].key[1][0]) == "<end_of_image>"
+    assert (chunks[1].n_tokens, chunks[1].n_pos) == (16, 16)  # fixed count, whatever the image size
+    assert [(c.n_tokens, c.n_pos) for c in _chunks(be, _request("a dog", WIDE))][1] == (16, 16)
+
+
+def test_gemma_cached_image_is_not_decoded_again(gemma: tuple[Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    be = LlamaCppBackend(gemma[0], gemma[1], n_ctx=1024)
+    decoded: list[str] = []
+    real = be._bitmap
+    monkeypatch.setattr(be, "_bitmap", lambda img: decoded.append(img.label) or real(img))
+    try:
+        outs = be.generate([_request("a dog"), _request("a cat"), _request("a dog", GREEN), _request("a cat")])
+        assert decoded == [RED.label, GREEN.label]  # a fixed token count: the 1x1 placeholder matches
+        assert all(isinstance(o, Completion) for o in outs)
+        assert outs[1].meta["reused_prompt_tokens"] >= 10 + 16
+        assert [_key(o) for o in outs] == [_key(f) for f in _fresh(gemma, [_request("a dog"), _request("a cat"), _request("a dog", GREEN), _request("a cat")])]
+    finally:
+        be.close()
 
 
 # -- identity, lazy loading and errors ------------------------------------------------------------------
@@ -336,7 +408,8 @@ def test_mismatched_projector_is_refused(qwen: tuple[Path, Path], tmp_path: Path
 
 
 @pytest.mark.slow
-def test_fleur_and_visce2_end_to_end(backend: LlamaCppBackend, tmp_path: Path) -> None:
+def test_fleur_and_visce2_end_to_end(family, tmp_path: Path) -> None:
+    backend = family[2]
     from capjudge.judges.judge import Judge
     from capjudge.types import Sample
 
