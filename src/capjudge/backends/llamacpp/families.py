@@ -208,7 +208,10 @@ def read_headers(model_path: Path, mmproj_path: Path | None) -> Headers:
 
 @functools.lru_cache(maxsize=8)
 def _read_headers(model: tuple[str, int, int], mmproj: tuple[str, int, int] | None) -> Headers:
-    from gguf import GGUFReader
+    try:
+        from gguf import GGUFReader
+    except ImportError as exc:  # pragma: no cover - gguf comes with the extra
+        raise BackendError(f"reading GGUF headers needs the gguf package ({exc}): pip install 'capjudge[llamacpp]'") from exc
 
     def field(reader: Any, key: str) -> Any:
         f = reader.fields.get(key)
