@@ -182,6 +182,22 @@ class Completion:
 
 
 @dataclass(frozen=True)
+class PromptTokens:
+    """The token sequence a model reads for one request, as its backend sees it.
+
+    ``ids`` and ``tokens`` (the tokenizer's token strings) are parallel; ``image_token_id`` marks
+    image placeholders (a run of them stands for one image's features); ``source`` says where they
+    come from (``"hf processor"``, ``"vllm /tokenize"``, ...). Backend parity checks compare two of
+    these to find the first token where two backends' prompts part.
+    """
+
+    ids: tuple[int, ...]
+    tokens: tuple[str, ...]
+    source: str = ""
+    image_token_id: int | None = None
+
+
+@dataclass(frozen=True)
 class Capabilities:
     """What a backend can do; judges adapt (e.g. FLEUR falls back to a raw score without logprobs)."""
 
@@ -237,6 +253,11 @@ class Backend(abc.ABC):
         if isinstance(out, BaseException):
             raise out
         return out
+
+    def prompt_tokens(self, request: Request) -> PromptTokens | None:
+        """The tokens the model reads for ``request``, where this backend can show them (the HF
+        processor's input ids, a vLLM server's ``/tokenize``); ``None`` where it cannot."""
+        return None
 
     def identity(self) -> dict[str, Any]:
         """What identifies this backend's answers for caching: kind, model and any setting that

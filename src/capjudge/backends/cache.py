@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from capjudge.backends.base import Backend, Capabilities, Completion, Request
+from capjudge.backends.base import Backend, Capabilities, Completion, PromptTokens, Request
 from capjudge.redact import scrub_data
 
 FORMAT_VERSION = 1
@@ -195,6 +195,10 @@ class CachedBackend(Backend):
     def cache_key(self, request: Request) -> str:
         """The wrapped backend's key for ``request``."""
         return self.inner.cache_key(request)
+
+    def prompt_tokens(self, request: Request) -> PromptTokens | None:
+        """The wrapped backend's prompt tokens (never cached)."""
+        return self.inner.prompt_tokens(request)
 
     def __getattr__(self, name: str) -> Any:
         # Anything else (usage tracker, options) comes from the wrapped backend.

@@ -16,7 +16,14 @@ import threading
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
-from capjudge.backends.base import Backend, BackendError, Capabilities, Completion, Request
+from capjudge.backends.base import (
+    Backend,
+    BackendError,
+    Capabilities,
+    Completion,
+    PromptTokens,
+    Request,
+)
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +110,10 @@ class LazyBackend(Backend):
     def submit(self, request: Request) -> concurrent.futures.Future[Completion | BaseException]:
         """Load the model if needed, then start the request."""
         return self.load().submit(request)
+
+    def prompt_tokens(self, request: Request) -> PromptTokens | None:
+        """Load the model if needed, then ask it (see :meth:`Backend.prompt_tokens`)."""
+        return self.load().prompt_tokens(request)
 
     def __getattr__(self, name: str) -> Any:
         # Anything else (prefix statistics, the processor, ...) belongs to the loaded model. Looking

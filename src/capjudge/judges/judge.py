@@ -195,6 +195,17 @@ class Judge:
         assert prep.image is not None
         return Request(self._messages(prompt, prep.image), self._config(self.method.max_new_tokens, self.method.smoothing, self.method.temperature))
 
+    def score_request(self, sample: Sample | dict[str, Any], index: int = 0) -> Request:
+        """The request a one-step scoring method sends for ``sample`` (what backend parity checks
+        tokenize); raises :class:`SampleError` for a sample that cannot be judged and
+        ``ValueError`` for two-step methods, whose request depends on the first step's answer."""
+        if self.method.context_template or self.method.kind != "score":
+            raise ValueError(f"method {self.method.name!r} is not a one-step scoring method: its request depends on more than one sample or answer")
+        prep = self._prepare(index, sample)
+        if prep.error:
+            raise SampleError(prep.error)
+        return self._score_request(prep)
+
     # ------------------------------------------------------------------ pairwise interface
     def prepare_sample(self, index: int, sample: Sample, images: dict[Any, Any] | None = None) -> _Prepared:
         """Check a caption and load its image, or say why it cannot be judged (``.error``); part

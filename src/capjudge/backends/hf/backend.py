@@ -32,6 +32,7 @@ from capjudge.backends.base import (
     ContextLengthError,
     GenerationConfig,
     Message,
+    PromptTokens,
     Request,
     TokenStep,
     Usage,
@@ -226,6 +227,13 @@ class HFBackend(Backend):
                     v = v.to(getattr(self._torch, self.dtype_name))
             out[k] = v
         return out
+
+    def prompt_tokens(self, request: Request) -> PromptTokens:
+        """The input ids the model reads for ``request`` (image placeholders expanded by the
+        processor), with their token strings."""
+        ids = [int(i) for i in self.encode([request])["input_ids"][0].tolist()]
+        image_id = getattr(self.net.config, "image_token_id", None) or getattr(self.net.config, "image_token_index", None)
+        return PromptTokens(ids=tuple(ids), tokens=tuple(self.tokenizer.convert_ids_to_tokens(ids)), source="hf processor", image_token_id=image_id)
 
     # ---------------------------------------------------------------- generation
     def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:

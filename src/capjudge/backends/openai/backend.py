@@ -39,6 +39,7 @@ from capjudge.backends.base import (
     Capabilities,
     Completion,
     GenerationConfig,
+    PromptTokens,
     Request,
     TokenStep,
     Usage,
@@ -120,6 +121,12 @@ class OpenAIBackend(Backend):
       (``gone_after=0``: never).
     - ``detail`` (``low`` | ``high`` | ``auto``; default: not sent, the server's default),
       ``extra_body`` (dict or JSON string merged into every request, e.g. ``{"repeat_penalty": 1.0}``).
+    - OpenAI-compatible servers only: ``add_special_tokens`` (vLLM / SGLang: let the server's
+      tokenizer add BOS to the rendered chat template; needed where the template has no ``<s>``,
+      e.g. LLaVA-1.5's, see docs/vllm.md) and ``neutral_penalties`` (default on: send
+      ``repetition_penalty`` 1 and presence / frequency penalties 0, so that a model's
+      ``generation_config.json``, which vLLM applies as its default, cannot change greedy answers;
+      dropped for the rest of the run if the server refuses the field).
     - ``logprobs`` (force on/off), ``max_top_logprobs`` (cap), ``estimate_by_sampling`` (N).
     - ``prices`` (dict, JSON file or :class:`~capjudge.usage.PriceTable`), ``max_cost`` (USD budget),
       ``usage`` (a shared :class:`~capjudge.usage.UsageTracker`).
@@ -154,6 +161,8 @@ class OpenAIBackend(Backend):
         default_headers: Mapping[str, str] | None = None,
         gone_after: int = DEFAULT_THRESHOLD,
         gone_grace: float = DEFAULT_GRACE,
+        add_special_tokens: bool | None = None,
+        neutral_penalties: bool | None = None,
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown OpenAI-protocol backend kind {kind!r} (known: {', '.join(KINDS)})")
@@ -171,6 +180,11 @@ class OpenAIBackend(Backend):
         self.timeout = timeout
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay, max_delay=retry_max_delay)
         self.estimate_samples = int(estimate_by_sampling or 0)
+        if kind != "openai-compatible" and (add_special_tokens is not None or neutral_penalties):
+            raise ValueError(f"add_special_tokens and neutral_penalties are fields of OpenAI-compatible servers (vLLM, SGLang); {kind} would refuse them")
+        self.add_special_tokens = add_special_tokens
+        self.neutral_penalties = (kind == "openai-compatible") if neutral_penalties is None else bool(neutral_penalties)
+        self._send_penalties = self.neutral_penalties  # off once a server refuses the field
 
         caps = lookup_caps(kind, self.model_name)
         if logprobs is not None:
@@ -273,6 +287,10 @@ class OpenAIBackend(Backend):
         }
         if self.model_name != self.model:
             ident["model_name"] = self.model_name
+        if self.add_special_tokens is not None:
+            ident["add_special_tokens"] = self.add_special_tokens
+        if self.neutral_penalties:
+            ident["neutral_penalties"] = True
         if self.estimate_samples:
             ident["estimate_by_sampling"] = self.estimate_samples
         return ident
@@ -316,9 +334,22 @@ class OpenAIBackend(Backend):
         if with_logprobs:
             params["logprobs"] = True
             params["top_logprobs"] = min(cfg.top_logprobs, self._top_cap)
-        if self.extra_body:
-            params["extra_body"] = dict(self.extra_body)
+        extra = self._server_fields()
+        if extra:
+            params["extra_body"] = extra
         return params
+
+    def _server_fields(self) -> dict[str, Any]:
+        """Fields outside the OpenAI protocol that this backend sends (``extra_body`` wins)."""
+        extra: dict[str, Any] = {}
+        if self._send_penalties:
+            # vLLM takes unset sampling fields from the model's generation_config.json; a
+            # repetition penalty there would change greedy answers without anyone asking for it.
+            extra.update(repetition_penalty=1.0, presence_penalty=0.0, frequency_penalty=0.0)
+        if self.add_special_tokens is not None:
+            extra["add_special_tokens"] = self.add_special_tokens
+        extra.update(self.extra_body)
+        return extra
 
     def _estimate_prompt_tokens(self, request: Request) -> int:
         """A generous prompt-token estimate: text at ~3 characters a token, images by OpenAI's rule
@@ -448,6 +479,10 @@ class OpenAIBackend(Backend):
             except BackendError as exc:
                 status = getattr(exc, "status", None)
                 msg = str(exc).lower()
+                if self._send_penalties and status in (400, 422) and "repetition_penalty" in msg and "repetition_penalty" not in self.extra_body:
+                    log.warning("%s: server refused repetition_penalty, sending no penalties from now on: %s", label, exc)
+                    self._send_penalties = False
+                    continue
                 if not (with_lp and status in (400, 422) and "logprob" in msg):
                     raise
                 if "top_logprobs" in msg and params["top_logprobs"] > AZURE_MAX_TOP_LOGPROBS:
@@ -525,6 +560,38 @@ class OpenAIBackend(Backend):
             return self._loop
 
     # -- public API ------------------------------------------------------------------------------
+    def prompt_tokens(self, request: Request) -> PromptTokens | None:
+        """The prompt tokens the server will read for ``request``, from vLLM's ``/tokenize``
+        endpoint (at the server's root, beside ``/v1``), rendered with the same messages and
+        chat-template fields a chat request sends. ``None`` for OpenAI / Azure and for servers
+        without that endpoint."""
+        import httpx
+
+        if self.kind != "openai-compatible" or not self.endpoint:
+            return None
+        root = (_clean_endpoint(self.endpoint) or "").rstrip("/")
+        root = root[: -len("/v1")] if root.endswith("/v1") else root
+        body: dict[str, Any] = {"model": self.model, "messages": self._messages(request), "add_generation_prompt": True, "return_token_strs": True}
+        extra = self._server_fields()
+        for k in ("add_special_tokens", "chat_template", "chat_template_kwargs", "continue_final_message", "add_generation_prompt", "mm_processor_kwargs"):
+            if k in extra:
+                body[k] = extra[k]
+        key = getattr(self._client, "api_key", None)
+        headers = {"Authorization": f"Bearer {key}"} if isinstance(key, str) and key else {}
+        try:
+            r = httpx.post(root + "/tokenize", json=body, headers=headers, timeout=self.timeout)
+        except httpx.HTTPError as exc:
+            raise BackendError(scrub(f"{root}/tokenize: {type(exc).__name__}: {exc}")) from exc
+        if r.status_code in (404, 405):
+            return None  # not a vLLM server
+        if r.status_code != 200:
+            raise BackendError(scrub(f"{root}/tokenize answered HTTP {r.status_code}: {r.text[:300]}"))
+        data = r.json()
+        ids = tuple(int(i) for i in data.get("tokens") or ())
+        strs = data.get("token_strs")
+        tokens = tuple(str(t) for t in strs) if isinstance(strs, list) and len(strs) == len(ids) else tuple(str(i) for i in ids)
+        return PromptTokens(ids=ids, tokens=tokens, source="vllm /tokenize")
+
     def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion | BaseException]]:
         """Yield ``(index, completion or error)`` in completion order, up to ``concurrency`` at once."""
         loop = self._loop_thread()
@@ -692,8 +759,13 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     for k in _FLOAT_OPTS:
         if isinstance(opts.get(k), str):
             opts[k] = as_float(opts[k], k)
-    if "logprobs" in opts and opts["logprobs"] is not None:
-        opts["logprobs"] = as_bool(opts["logprobs"], "logprobs")
+    for k in ("logprobs", "add_special_tokens", "neutral_penalties"):
+        if k in opts and opts[k] is not None:
+            opts[k] = as_bool(opts[k], k)
+    if spec.kind != "openai-compatible":
+        named = [k for k in ("add_special_tokens", "neutral_penalties") if opts.get(k)]
+        if named:
+            raise OptionError(f"option {named[0]} is for openai-compatible servers (vLLM, SGLang); {spec.kind} would refuse the field")
     opts = {k: v for k, v in opts.items() if v is not None}
     if opts.get("detail") is not None and opts["detail"] not in DETAILS:
         raise OptionError(f"option detail={opts['detail']!r} is not one of {', '.join(DETAILS)}")
