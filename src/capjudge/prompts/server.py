@@ -19,7 +19,7 @@ def server_chat_template_path(name: str = "llava_v1") -> Path:
     """The path of a packaged server chat template (pass it to ``vllm serve --chat-template``)."""
     if name not in SERVER_CHAT_TEMPLATES:
         raise ValueError(f"unknown server chat template {name!r} (known: {', '.join(SERVER_CHAT_TEMPLATES)})")
-    return Path(str(resources.files("capjudge.prompts").joinpath("server_templates", f"{name}.jinja")))
+    return Path(str(resources.files("capjudge.prompts").joinpath("server_templates").joinpath(f"{name}.jinja")))
 
 
 def server_chat_template(name: str = "llava_v1") -> str:
