@@ -47,7 +47,7 @@ class ParityReport:
     """What :func:`run_parity` measured.
 
     Scores: ``n`` samples, ``n_both`` scored on both backends, ``errors_a`` / ``errors_b`` failed on
-    one; ``max_abs_diff`` / ``mean_abs_diff`` over ``n_both``; ``same_answer`` the share of those
+    a / b, ``one_sided_errors`` failed on one backend only; ``max_abs_diff`` / ``mean_abs_diff`` over ``n_both``; ``same_answer`` the share of those
     whose answer text is identical; ``kendall_tau_b`` / ``spearman`` between the two score lists
     (``nan`` with fewer than two distinct scores); ``smoothed_a`` / ``smoothed_b`` how many scores
     were smoothed from log-probabilities. Pairs: ``n_pairs``, ``n_pairs_both``, ``verdict_flips``
@@ -64,6 +64,7 @@ class ParityReport:
     n_both: int = 0
     errors_a: int = 0
     errors_b: int = 0
+    one_sided_errors: int = 0
     max_abs_diff: float | None = None
     mean_abs_diff: float | None = None
     same_answer: float | None = None
@@ -82,9 +83,11 @@ class ParityReport:
     worst: list[SampleDiff] = field(default_factory=list)
 
     def within(self, tolerance: float) -> bool:
-        """No prompt difference, no verdict flip, and every score within ``tolerance``."""
+        """No prompt difference, no verdict flip, no sample failed on one backend only, and every
+        score within ``tolerance``."""
         return (
             self.prompt_differs == 0
+            and self.one_sided_errors == 0
             and self.verdict_flips == 0
             and self.n_both > 0
             and self.max_abs_diff is not None
@@ -176,6 +179,7 @@ def _score_stats(report: ParityReport, ra: Sequence[ScoreResult], rb: Sequence[S
     diffs = [SampleDiff(a.id, a.score if a.ok else None, b.score if b.ok else None, a.raw, b.raw) for a, b in zip(ra, rb)]
     report.errors_a = sum(1 for a in ra if not a.ok)
     report.errors_b = sum(1 for b in rb if not b.ok)
+    report.one_sided_errors = sum(1 for a, b in zip(ra, rb) if a.ok != b.ok)
     report.smoothed_a = sum(1 for a in ra if a.ok and a.smoothed)
     report.smoothed_b = sum(1 for b in rb if b.ok and b.smoothed)
     both = [d for d in diffs if d.abs_diff is not None]
