@@ -22,7 +22,7 @@ import pytest
 from capjudge import Judge, Sample
 from capjudge.prompts.registry import get_method
 
-pytestmark = [pytest.mark.slow, pytest.mark.hf]
+pytestmark = [pytest.mark.slow, pytest.mark.hf, pytest.mark.vllm]
 
 ROOT = Path(__file__).resolve().parents[1]
 GEN_CONFIG_PENALTY = 100.0

@@ -157,9 +157,9 @@ class VLLMServer:
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
         env.pop("PYTHONPATH", None)  # the server runs on its own env's packages only
         t0 = time.monotonic()
-        log = open(self.log_path, "wb")  # noqa: SIM115 - kept open for the server's lifetime
-        self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        log.close()
+        # A session of its own: stop() ends the server with the engine processes it spawns.
+        with open(self.log_path, "wb") as log:  # the child keeps its own copy of the descriptor
+            self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
         deadline = t0 + timeout
         while True:
             if self._proc.poll() is not None:
