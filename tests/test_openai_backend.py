@@ -383,12 +383,11 @@ def test_200_requests_concurrency_16_then_all_cached(tmp_path: Path) -> None:
         requests = [req(f"caption number {i}", top=5) for i in range(200)]
         with compat(srv, concurrency=16) as inner:
             backend = CachedBackend(inner, ResponseCache(tmp_path / "cache"))
-            t0 = time.monotonic()
             first = backend.generate(requests)
-            elapsed = time.monotonic() - t0
             assert all(isinstance(o, Completion) for o in first)
-            assert elapsed < 3.0, f"200 requests took {elapsed:.2f}s"
-            assert srv.count == 200 and srv.max_concurrent <= 16
+            # Requests overlap (each takes 0.1 s on the server) but never exceed the limit; speed
+            # itself is measured in benchmarks/bench_api.py, not here.
+            assert srv.count == 200 and 4 <= srv.max_concurrent <= 16
             assert inner.usage.summary()["calls"] == 200
             second = backend.generate(requests)
             assert srv.count == 200  # zero new requests
