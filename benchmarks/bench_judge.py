@@ -240,7 +240,8 @@ class Floor:
         self.backend = backend
         preps = [judge._prepare(i, Sample(image, c)) for i, c in enumerate(captions)]
         reqs = [judge._score_request(p) for p in preps]
-        seqs, self.pixel_values = backend._prefix._tokenize_group(reqs)
+        seqs, encoding = backend._prefix._tokenize_group(reqs)
+        self.pixel_values = encoding["pixel_values"]
         n = min(len(s) for s in seqs)
         p = 0
         while p < n - 1 and all(s[p] == seqs[0][p] for s in seqs):

@@ -76,6 +76,8 @@ def test_grouped_equals_independent_scoring(fast, slow, example_images, method: 
     independent = [Judge(method, slow).score(s) for s in samples]  # one request at a time
 
     assert [r.id for r in grouped] == [s.id for s in samples]  # input order
+    assert {r.details.get("prefix_reuse") for r in grouped} == {"used"}
+    assert all("prefix_reuse" not in r.details for r in independent)  # turned off: nothing to say
     assert counter.calls == 2 and fast.prefix_stats.prefix_forwards == 2  # one prefix per image
     assert fast.prefix_stats.rows == len(samples)
     for g, i in zip(grouped, independent):
@@ -161,6 +163,13 @@ def test_requests_outside_the_fast_path_use_plain_generate(fast, slow, example_i
     fast.prefix_stats.reset()
     out = fast.generate(reqs)
     assert fast.prefix_stats.rows == 0  # nothing here is a group of two greedy single-image requests
+    notes = [o.meta["prefix_reuse"] for o in out]
+    assert notes == [
+        "not used: the only greedy request of its image in the batch",
+        "not used: sampled decoding",
+        "not used: multi-turn conversation",
+        "not used: the only greedy request of its image in the batch",
+    ]
     for req, o in zip([single, multi_turn, greedy_b], [out[0], out[2], out[3]]):
         _assert_same_completion(o, slow.generate_one(req))
     assert not isinstance(out[1], BaseException)
@@ -221,16 +230,21 @@ def test_packed_path_equals_one_plain_forward_in_float64(tiny_llava_dir: Path, e
         be.close()
 
 
-def test_a_generation_setting_that_changes_greedy_decoding_sends_requests_to_generate(fast, slow, example_images) -> None:
-    """Read at every call: a length penalty set after loading is honoured as plain generate does."""
+def test_a_generation_setting_that_changes_greedy_decoding_sends_requests_to_generate(fast, slow, example_images, caplog) -> None:
+    """Read at every call: a length penalty set after loading is honoured as plain generate does;
+    the fallback is logged and every answer says why."""
     img = load_image(example_images[0])
     reqs = [_fleur_request(img, c, max_new=12) for c in CAPTIONS[:3]]
     for be in (fast, slow):
         be.net.generation_config.exponential_decay_length_penalty = (1, 3.0)
     try:
         fast.prefix_stats.reset()
-        out = fast.generate(reqs)
+        with caplog.at_level("INFO", logger="capjudge"):
+            out = fast.generate(reqs)
         assert fast.prefix_stats.rows == 0
+        why = "fallback: the model's generation config sets exponential_decay_length_penalty"
+        assert [o.meta["prefix_reuse"] for o in out] == [why] * 3
+        assert why.removeprefix("fallback: ") in caplog.text
         for req, o in zip(reqs, out):
             _assert_same_completion(o, slow.generate_one(req))
     finally:
@@ -266,3 +280,24 @@ def test_a_prompt_opening_with_the_image_does_not_leave_a_stale_head(tiny_llava_
             _assert_same_completion(x, y, tol=1e-10)
     finally:
         be.close()
+
+
+def test_a_group_that_fails_on_the_packed_path_is_answered_by_generate(fast, slow, example_images, monkeypatch, caplog) -> None:
+    """A runtime failure of the packed path: logged, the group decoded by plain generate, and each
+    answer's record says why."""
+    img = load_image(example_images[0])
+    reqs = [_fleur_request(img, c) for c in CAPTIONS[:3]]
+
+    def boom(*args: object) -> None:
+        raise RuntimeError("boom")
+
+    monkeypatch.setattr(fast._prefix, "_decode_chunk", boom)
+    with caplog.at_level("WARNING", logger="capjudge"):
+        out = fast.generate(reqs)
+    assert "prefix reuse failed for a group of 3 (RuntimeError: boom)" in caplog.text
+    for req, o in zip(reqs, out):
+        assert o.meta["prefix_reuse"] == "fallback: the packed path failed (RuntimeError: boom)"
+        _assert_same_completion(o, slow.generate_one(req))
+    monkeypatch.undo()
+    records = list(Judge("fleur", fast).score_many([Sample(example_images[0], c) for c in CAPTIONS[:2]]))
+    assert [r.details["prefix_reuse"] for r in records] == ["used", "used"]

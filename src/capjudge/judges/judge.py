@@ -271,8 +271,12 @@ class Judge:
         details: dict[str, Any] = {"cached": out.cached}
         if out.usage is not None:
             details["usage"] = {"prompt_tokens": out.usage.prompt_tokens, "completion_tokens": out.usage.completion_tokens}
-        if out.meta:
-            details["backend_meta"] = out.meta
+        meta = dict(out.meta or {})
+        reuse = meta.pop("prefix_reuse", None)
+        if reuse is not None:  # HF: "used", or why this answer was decoded without prefix reuse
+            details["prefix_reuse"] = reuse
+        if meta:
+            details["backend_meta"] = meta
         if self.method.options:
             details["method_options"] = dict(self.method.options)
         if self.method.parser == "first-integer":

@@ -37,6 +37,7 @@ from capjudge.backends.base import (
     TokenStep,
     Usage,
 )
+from capjudge.backends.hf.prefix import PrefixReuser
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import OptionError, as_bool, as_int, check_known
 from capjudge.backends.registry import BackendSpec
@@ -136,6 +137,9 @@ class HFBackend(Backend):
         self.digit_ids = self._digit_token_ids()
         text_cfg = getattr(self.net.config, "text_config", self.net.config)
         self.max_context = int(getattr(text_cfg, "max_position_embeddings", 4096))
+        # Captions of one image from one prefix pass; the reuser reaches this backend only through
+        # the PrefixHost interface it declares (capjudge.backends.hf.prefix).
+        self._prefix: PrefixReuser | None = PrefixReuser(self) if self.prefix_reuse else None
         self.capabilities = Capabilities(
             logprobs=True,
             max_top_logprobs=50,
@@ -143,13 +147,10 @@ class HFBackend(Backend):
             images=True,
             max_images=1,
             batching=True,
-            prefix_reuse=self.prefix_reuse,
+            prefix_reuse=self._prefix is not None and self._prefix.unsupported is None,
             system_prompt=True,
         )
         self._identity = self._make_identity()
-        from capjudge.backends.hf.prefix import PrefixReuser
-
-        self._prefix: PrefixReuser | None = PrefixReuser(self)
 
     @property
     def prefix_stats(self) -> Any:
@@ -240,9 +241,12 @@ class HFBackend(Backend):
         """Answer the requests in batches of ``batch_size`` (same image count and settings per
         batch); a batch that fails is retried one request at a time, so that only the bad one fails."""
         results: list[Completion | BaseException | None] = [None] * len(requests)
-        if self.prefix_reuse and self._prefix is not None:
+        notes: dict[int, str] = {}
+        if self._prefix is not None:
             # Captions of one image: one prefix pass per image (see capjudge.backends.hf.prefix).
-            for i, out in self._prefix.run(requests).items():
+            outcome = self._prefix.run(requests)
+            notes = outcome.notes
+            for i, out in outcome.answers.items():
                 results[i] = out
         order: dict[tuple[Any, ...], list[int]] = {}
         for i, r in enumerate(requests):
@@ -253,6 +257,8 @@ class HFBackend(Backend):
             for start in range(0, len(idx), self.batch_size):
                 chunk = idx[start : start + self.batch_size]
                 for i, out in zip(chunk, self._generate_safely([requests[i] for i in chunk])):
+                    if isinstance(out, Completion) and i in notes:
+                        out.meta["prefix_reuse"] = notes[i]  # why this answer was decoded on its own
                     results[i] = out
         return [r if r is not None else BackendError("not answered") for r in results]
 
@@ -268,7 +274,8 @@ class HFBackend(Backend):
                 out.extend(self._generate_safely([r]))
             return out
 
-    def _check_length(self, n_prompt: int, cfg: GenerationConfig) -> None:
+    def check_length(self, n_prompt: int, cfg: GenerationConfig) -> None:
+        """Raise :class:`ContextLengthError` when the prompt plus ``max_new_tokens`` exceeds the model's context."""
         if n_prompt + cfg.max_new_tokens > self.max_context:
             raise ContextLengthError(
                 f"prompt of {n_prompt} tokens + {cfg.max_new_tokens} new tokens exceeds the model's context of {self.max_context}"
@@ -280,7 +287,7 @@ class HFBackend(Backend):
         inputs = self.encode(reqs)
         ids = inputs["input_ids"]
         attn = inputs["attention_mask"]
-        self._check_length(int(ids.shape[1]), cfg)
+        self.check_length(int(ids.shape[1]), cfg)
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": cfg.max_new_tokens,
             "return_dict_in_generate": True,

@@ -25,25 +25,75 @@ probabilities are those of plain greedy decoding. For FLEUR this yields the digi
 the first decimal from the suffix forward itself; an answer that is not ``0.x`` just rejects the
 draft at its first differing token and decodes on as usual.
 
-Requests the fast path does not cover (several images, sampling, multi-turn, non-LLaVA models,
-attention implementations that take no custom 4D mask such as FlashAttention-2, groups of one)
-are left to the backend's ordinary batched ``generate``.
+What differs between architectures (image token, image inputs, 1-D or M-RoPE positions) comes
+from :mod:`capjudge.backends.hf.adapters`; sliding-window layers get one mask per layer kind with
+the window applied. The path reaches the backend only through :class:`PrefixHost`.
+
+Requests the fast path does not cover (several images, sampling, multi-turn, groups of one) are
+left to the backend's ordinary batched ``generate`` and marked ``"not used: <why>"``; where it
+would apply but cannot (an architecture whose attention makes it inexact, such as PaliGemma's
+prefix-LM; attention implementations that take no custom 4D mask, such as FlashAttention-2; a
+generation setting it does not reproduce; a group that failed) the fallback is logged and every
+answer concerned carries ``"fallback: <why>"`` in ``Completion.meta["prefix_reuse"]`` (the
+results' ``details["prefix_reuse"]``); answers of the fast path carry ``"used"``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
-from capjudge.backends.base import Completion, ContextLengthError, Request
+from capjudge.backends.base import (
+    Completion,
+    ContextLengthError,
+    GenerationConfig,
+    Message,
+    Request,
+)
+from capjudge.backends.hf.adapters import (
+    ADAPTERS,
+    PrefixSupport,
+    adapter_for,
+    attention_layout,
+    prefix_reuse_support,
+)
 from capjudge.backends.hf.kv import KVArena
 from capjudge.redact import get_logger
 
-if TYPE_CHECKING:  # pragma: no cover
-    from capjudge.backends.hf import HFBackend
+__all__ = ["ADAPTERS", "PrefixHost", "PrefixOutcome", "PrefixReuser", "PrefixStats", "PrefixSupport", "prefix_reuse_support"]
 
 log = get_logger(__name__)
+
+USED = "used"
+"""``Completion.meta["prefix_reuse"]`` of an answer computed on the fast path."""
+
+
+class PrefixHost(Protocol):
+    """What the prefix path needs of the backend that owns the model (``HFBackend`` provides it)."""
+
+    model: str
+    net: Any
+    processor: Any
+    tokenizer: Any
+    device: Any
+    eos_ids: set[int]
+
+    def format_prompt(self, messages: Sequence[Message]) -> str:
+        """The prompt text of a conversation, image placeholders unexpanded."""
+        ...
+
+    def encode(self, requests: Sequence[Request]) -> dict[str, Any]:
+        """The processor's tensors for requests (token ids, mask, image inputs) on the model's device."""
+        ...
+
+    def check_length(self, n_prompt: int, cfg: GenerationConfig) -> None:
+        """Raise :class:`ContextLengthError` when a prompt plus its new tokens exceed the context."""
+        ...
+
+    def completion_from_ids(self, gen_ids: list[int], logits: Any, cfg: GenerationConfig, n_prompt: int) -> Completion:
+        """The answer for generated ids and, optionally, the logits of each step."""
+        ...
 
 MAX_ROWS = 32
 """Rows packed into one sequence after a prefix (larger groups are chunked; the attention mask
@@ -89,6 +139,15 @@ class PrefixStats:
 
 
 @dataclass
+class PrefixOutcome:
+    """What :meth:`PrefixReuser.run` did with a batch: ``answers`` of the requests it answered, and
+    for the others why not (``"fallback: ..."`` or ``"not used: ..."``), by request index."""
+
+    answers: dict[int, Completion | BaseException] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)
+
+
+@dataclass
 class _Row:
     """One request of a chunk while it is decoded."""
 
@@ -98,7 +157,7 @@ class _Row:
     n_prompt: int
     gen: list[int]
     logits: list[Any]
-    next_pos: int = 0
+    next_seq: int = 0  # sequence index of the row's next token (its position is next_seq + offset)
     done: bool = False
 
 
@@ -136,146 +195,197 @@ def _majority_prefix(answers: Sequence[Sequence[int]], limit: int) -> tuple[int,
 class PrefixReuser:
     """Answers groups of single-image greedy requests that share an image from one prefix cache.
 
-    ``max_rows`` bounds the rows packed after one prefix (larger groups are chunked);
-    ``min_group`` is the smallest group worth a separate prefix pass (smaller groups are left to the
-    backend's batched path, which batches across images).
+    ``host`` is the backend that owns the model (see :class:`PrefixHost`); the architecture's
+    adapter is chosen from its model config. ``max_rows`` bounds the rows packed after one prefix
+    (larger groups are chunked); ``min_group`` is the smallest group worth a separate prefix pass
+    (smaller groups are left to the backend's batched path, which batches across images).
     """
 
-    def __init__(self, backend: HFBackend, *, max_rows: int = MAX_ROWS, min_group: int = 2) -> None:
-        self.backend = backend
+    def __init__(self, host: PrefixHost, *, max_rows: int = MAX_ROWS, min_group: int = 2) -> None:
+        import torch
+
+        self.host = host
+        self._torch = torch
         self.max_rows = max(1, int(max_rows))
         self.min_group = max(1, int(min_group))
         self.stats = PrefixStats()
         self.draft: tuple[int, ...] = ()
-        self._supported = self._model_supported()
-        text_config = getattr(backend.net.config, "text_config", backend.net.config)
-        self._arena = KVArena(int(getattr(text_config, "num_hidden_layers", 0) or 0))
+        config = host.net.config
+        self.text_config = getattr(config, "text_config", config)
+        self.adapter = adapter_for(config)
+        self.layout = attention_layout(self.text_config)
+        self.unsupported = self._why_not()
+        """Why this model cannot use the fast path (None: it can)."""
+        if self.unsupported:
+            log.warning("prefix reuse off for %s: %s; every caption is decoded on its own", host.model, self.unsupported)
+        self._arena = KVArena(int(getattr(self.text_config, "num_hidden_layers", 0) or 0))
         self._head: tuple[int, ...] = ()  # the tokens whose keys and values open the arena
+        self._logged: set[str] = set()
 
     # ------------------------------------------------------------------ eligibility
-    def _model_supported(self) -> bool:
-        net = self.backend.net
-        if getattr(net.config, "model_type", "") != "llava":
-            return False
-        text_config = getattr(net.config, "text_config", net.config)
-        attn = getattr(text_config, "_attn_implementation", None) or "sdpa"
+    def _why_not(self) -> str | None:
+        """Why the model cannot take the packed path (None: it can)."""
+        reason = self.adapter.why_not(self.host.net.config)
+        if reason:
+            return reason
+        attn = getattr(self.text_config, "_attn_implementation", None) or "sdpa"
         if attn not in ("sdpa", "eager"):  # the packed layout needs a custom 4D attention mask
-            log.info("prefix reuse off: attention implementation %r takes no custom 4D mask", attn)
-            return False
-        window = getattr(text_config, "sliding_window", None)
-        layer_types = getattr(text_config, "layer_types", None) or ()
-        if (window and getattr(text_config, "use_sliding_window", True)) or any("sliding" in str(t) for t in layer_types):
-            log.info("prefix reuse off: the text model uses sliding-window attention")
-            return False
-        return True
+            return f"attention implementation {attn!r} takes no custom 4D attention mask (use sdpa or eager)"
+        odd = [k for k in self.layout.windows if k not in ("full_attention", "sliding_attention")]
+        if odd:
+            return f"layer kind {odd[0]!r} has no packed mask"
+        return None
 
-    def _generation_config_neutral(self) -> bool:
-        """Whether the model's generation config (read at every call: it may be changed) sets only
-        fields that leave greedy decoding as the fast path does it."""
-        gc = getattr(self.backend.net, "generation_config", None)
+    def _note(self, reason: str, level: str = "info") -> str:
+        """A fallback's note for the records, logged once per reason."""
+        if reason not in self._logged:
+            self._logged.add(reason)
+            getattr(log, level)("prefix reuse: %s; plain generate used", reason)
+        return f"fallback: {reason}"
+
+    def _generation_config_change(self) -> str | None:
+        """The fields of the model's generation config (read at every call: it may be changed)
+        that change greedy decoding from what the fast path does; None when there are none."""
+        gc = getattr(self.host.net, "generation_config", None)
         if gc is None:
-            return True
+            return None
         try:
             changed = set(gc.to_diff_dict())
         except Exception:  # noqa: BLE001 - an unreadable config is not worth the risk
-            return False
+            return "the model's generation config could not be read"
         odd = sorted(changed - _NEUTRAL_GENERATION_FIELDS)
-        if odd:
-            log.info("prefix reuse off for this call: the model's generation config sets %s", ", ".join(odd))
-            return False
-        return True
+        return f"the model's generation config sets {', '.join(odd)}" if odd else None
+
+    @staticmethod
+    def ineligible(request: Request) -> str | None:
+        """Why a request is outside the fast path (None: one image in the first user turn,
+        greedy, one answer, no assistant turn)."""
+        cfg = request.config
+        if not cfg.deterministic:
+            return "sampled decoding"
+        if cfg.n != 1 or cfg.max_new_tokens < 1:
+            return "not one greedy answer"
+        if any(m.role == "assistant" for m in request.messages):
+            return "multi-turn conversation"
+        if len(request.images) != 1:
+            return f"{len(request.images)} images"
+        return None
 
     def eligible(self, request: Request) -> bool:
         """One image in the first user turn, greedy, one answer, no assistant turn."""
-        cfg = request.config
-        if not cfg.deterministic or cfg.n != 1 or cfg.max_new_tokens < 1:
-            return False
-        if any(m.role == "assistant" for m in request.messages):
-            return False
-        return len(request.images) == 1
+        return self.ineligible(request) is None
 
-    def plan(self, requests: Sequence[Request]) -> list[list[int]]:
-        """Indices of the eligible requests grouped by image content (first-seen order)."""
-        if not self._supported or not self._generation_config_neutral():
+    def plan(self, requests: Sequence[Request], notes: dict[int, str] | None = None) -> list[list[int]]:
+        """Indices of the eligible requests grouped by image content (first-seen order); the
+        reasons the others are left out go into ``notes``."""
+        notes = {} if notes is None else notes
+        blocker = self.unsupported
+        note = None
+        if blocker:
+            note = f"fallback: {blocker}"
+        else:
+            change = self._generation_config_change()
+            if change:
+                note = self._note(change)
+        if note:
+            notes.update(dict.fromkeys(range(len(requests)), note))
             return []
         groups: dict[str, list[int]] = {}
         for i, r in enumerate(requests):
-            if self.eligible(r):
+            why = self.ineligible(r)
+            if why:
+                notes[i] = f"not used: {why}"
+            else:
                 groups.setdefault(r.images[0].sha256, []).append(i)
-        return [g for g in groups.values() if len(g) >= self.min_group]
+        out = []
+        for g in groups.values():
+            if len(g) >= self.min_group:
+                out.append(g)
+            else:
+                notes.update(dict.fromkeys(g, "not used: the only greedy request of its image in the batch"))
+        return out
 
     # ------------------------------------------------------------------ public
-    def run(self, requests: Sequence[Request]) -> dict[int, Completion | BaseException]:
-        """Answer the requests the fast path covers; returns ``{index: answer}`` for those only.
+    def run(self, requests: Sequence[Request]) -> PrefixOutcome:
+        """Answer the requests the fast path covers (``outcome.answers``) and say why the others
+        were left to the caller (``outcome.notes``).
 
-        A group that fails for any reason is left out of the result, so that the caller answers
-        it on the ordinary path (which isolates the failing request).
+        A group that fails for any reason is left out of the answers (noted as a fallback), so
+        that the caller answers it on the ordinary path, which isolates the failing request.
         """
-        out: dict[int, Completion | BaseException] = {}
-        for group in self.plan(requests):
+        outcome = PrefixOutcome()
+        for group in self.plan(requests, outcome.notes):
             try:
                 answers = self._run_group([requests[i] for i in group])
             except Exception as exc:  # noqa: BLE001 - the ordinary path retries the group
                 self.release()  # free the buffers (an out-of-memory error) before the retry
-                log.info("prefix reuse failed for a group of %d (%s: %s); using plain generate", len(group), type(exc).__name__, exc)
+                log.warning("prefix reuse failed for a group of %d (%s: %s); using plain generate", len(group), type(exc).__name__, exc)
+                outcome.notes.update(dict.fromkeys(group, f"fallback: the packed path failed ({type(exc).__name__}: {str(exc)[:200]})"))
                 continue
-            if answers is None:
+            if isinstance(answers, str):
+                outcome.notes.update(dict.fromkeys(group, self._note(answers)))
                 continue
             for i, a in zip(group, answers):
-                out[i] = a
+                if isinstance(a, Completion):
+                    a.meta["prefix_reuse"] = USED
+                outcome.answers[i] = a
         self._arena.trim()  # buffers grown by an unusually long call are not kept for the next
-        return out
+        return outcome
 
     # ------------------------------------------------------------------ tokenization
-    def _tokenize_group(self, reqs: Sequence[Request]) -> tuple[list[list[int]], Any] | None:
-        """Token ids of every request (as the processor makes them) and the image's pixel values,
-        preprocessing the image once."""
-        be = self.backend
-        first = be.encode([reqs[0]])
+    def _tokenize_group(self, reqs: Sequence[Request]) -> tuple[list[list[int]], dict[str, Any]]:
+        """Token ids of every request (as the processor makes them) and the first request's
+        encoding (image inputs included), preprocessing the image once where the prompt text
+        can be expanded as the processor does (the image placeholder repeated once per image
+        token; checked on the first request), else with one processor call per request."""
+        host = self.host
+        first = host.encode([reqs[0]])
         ids0 = first["input_ids"][0][first["attention_mask"][0].bool()].tolist()
-        image_id = int(be.net.config.image_token_index)
+        image_id = self.adapter.image_token_id(host.net.config)
         n_img = ids0.count(image_id)
-        token = getattr(be.processor, "image_token", "<image>")
-        tok = be.tokenizer
+        token = getattr(host.processor, "image_token", None) or host.tokenizer.convert_ids_to_tokens(image_id)
+        tok = host.tokenizer
 
         def ids_of(r: Request) -> list[int]:
-            text = be.format_prompt(r.messages).replace(token, token * n_img)
+            text = host.format_prompt(r.messages).replace(token, token * n_img)
             return list(tok(text)["input_ids"])
 
-        if ids_of(reqs[0]) != ids0:  # the processor tokenizes differently: ask it for each request
+        if ids_of(reqs[0]) != ids0:  # the processor expands the image otherwise: ask it for each request
             seqs = [ids0]
             for r in reqs[1:]:
-                enc = be.encode([r])
+                enc = host.encode([r])
                 seqs.append(enc["input_ids"][0][enc["attention_mask"][0].bool()].tolist())
         else:
             seqs = [ids0] + [ids_of(r) for r in reqs[1:]]
-        return seqs, first["pixel_values"]
+        return seqs, first
 
     # ------------------------------------------------------------------ decoding
-    def _run_group(self, reqs: Sequence[Request]) -> list[Completion | BaseException] | None:
-        be = self.backend
-        torch = be._torch
-        tokenized = self._tokenize_group(reqs)
-        if tokenized is None:
-            return None
-        seqs, pixel_values = tokenized
+    def _run_group(self, reqs: Sequence[Request]) -> list[Completion | BaseException] | str:
+        """The answers of one image's requests, or why the group cannot take the packed path."""
+        host = self.host
+        torch = self._torch
+        seqs, encoding = self._tokenize_group(reqs)
         answers: list[Completion | BaseException | None] = [None] * len(reqs)
         fits: list[int] = []
         for i, (r, s) in enumerate(zip(reqs, seqs)):
             try:
-                be._check_length(len(s), r.config)
+                host.check_length(len(s), r.config)
                 fits.append(i)
             except ContextLengthError as exc:
                 answers[i] = exc
         if not fits:
             return answers  # type: ignore[return-value]
-        image_id = int(be.net.config.image_token_index)
+        if fits[0] != 0:  # the image inputs belong to the first request's encoding
+            encoding = host.encode([reqs[fits[0]]])
+        image_id = self.adapter.image_token_id(host.net.config)
         p = min(_common_prefix_len([seqs[i] for i in fits]), min(len(seqs[i]) for i in fits) - 1)
-        last_image = max(j for j, t in enumerate(seqs[fits[0]]) if t == image_id)
-        if p <= last_image:
-            return None  # the image is not inside the shared prefix
+        image_at = [j for j, t in enumerate(seqs[fits[0]]) if t == image_id]
+        if not image_at:
+            return "the prompt holds no image token"
+        if p <= image_at[-1]:
+            return "the captions' prompts share no prefix that holds the whole image"
         with torch.inference_mode():
-            self._prefix_cache(seqs[fits[0]][:p], pixel_values, seqs[fits[0]].index(image_id))
+            offset = self._prefix_cache(seqs[fits[0]][:p], encoding, image_at[0])
             self.stats.groups += 1
             self.stats.prefix_forwards += 1
             for chunk in self._chunks(fits, [len(seqs[i]) - p for i in fits]):
@@ -283,11 +393,11 @@ class PrefixReuser:
                     _Row(index=i, request=reqs[i], suffix=seqs[i][p:], n_prompt=len(seqs[i]), gen=[], logits=[])
                     for i in chunk
                 ]
-                self._decode_chunk(p, rows)
+                self._decode_chunk(p, offset, rows)
                 for row in rows:
                     cfg = row.request.config
                     logits = torch.stack(row.logits) if cfg.top_logprobs > 0 and row.logits else None
-                    answers[row.index] = be.completion_from_ids(row.gen, logits, cfg, row.n_prompt)
+                    answers[row.index] = host.completion_from_ids(row.gen, logits, cfg, row.n_prompt)
                 self._learn_draft(rows)
         return answers  # type: ignore[return-value]
 
@@ -305,16 +415,19 @@ class PrefixReuser:
             tokens += n
         return chunks
 
-    def _prefix_cache(self, prefix: list[int], pixel_values: Any, first_image: int) -> None:
-        """Fill the arena's first ``len(prefix)`` slots with the shared prefix's keys and values.
+    def _prefix_cache(self, prefix: list[int], encoding: Mapping[str, Any], first_image: int) -> int:
+        """Fill the arena's first ``len(prefix)`` slots with the shared prefix's keys and values;
+        returns the RoPE offset of text after the prefix (see ``Adapter.prefix_positions``).
 
         The tokens before the image (system sentence, ``USER:``) are the same for every image of a
         run: they stay at the start of the arena from the previous group and only the rest (image
         and instructions) is computed. Causal attention makes this exact.
         """
-        be = self.backend
-        torch = be._torch
-        dev = be.device
+        net = self.host.net
+        torch = self._torch
+        dev = self.host.device
+        p = len(prefix)
+        positions, offset = self.adapter.prefix_positions(net, encoding, p)
         head = tuple(prefix[:first_image])
         start = 0
         if not head:
@@ -327,19 +440,26 @@ class PrefixReuser:
         if head and not start:
             self._head = ()  # until the head's forward has completed
             ids = torch.tensor([list(head)], device=dev)
-            be.net(input_ids=ids, attention_mask=torch.ones_like(ids), past_key_values=self._arena.cache(0), use_cache=True, logits_to_keep=1)
+            net(
+                input_ids=ids,
+                attention_mask=torch.ones_like(ids),
+                position_ids=positions[..., : len(head)],
+                past_key_values=self._arena.cache(0),
+                use_cache=True,
+                logits_to_keep=1,
+            )
             self._head = head
             start = len(head)
-        ids = torch.tensor([prefix[start:]], device=dev)
-        be.net(
-            input_ids=ids,
-            pixel_values=pixel_values,
-            attention_mask=torch.ones((1, len(prefix)), dtype=torch.long, device=dev),
-            position_ids=torch.arange(start, len(prefix), device=dev).unsqueeze(0),
+        net(
+            input_ids=torch.tensor([prefix[start:]], device=dev),
+            attention_mask=torch.ones((1, p), dtype=torch.long, device=dev),
+            position_ids=positions[..., start:p],
             past_key_values=self._arena.cache(start),
             use_cache=True,
             logits_to_keep=1,
+            **self.adapter.prefix_inputs(encoding, p),
         )
+        return offset
 
     def release(self) -> None:
         """Free the key/value buffers kept between calls."""
@@ -349,7 +469,7 @@ class PrefixReuser:
     def _learn_draft(self, rows: Sequence[_Row]) -> None:
         """The longest start shared by more than half of the chunk's answers (end of sequence
         excluded, at most ``MAX_DRAFT`` tokens) becomes the next draft; kept when there is none."""
-        eos = self.backend.eos_ids
+        eos = self.host.eos_ids
         answers = []
         for row in rows:
             ids = row.gen
@@ -362,58 +482,72 @@ class PrefixReuser:
         if draft:
             self.draft = draft
 
-    def _forward(self, ids: Any, mask: Any, pos: Any, cache: Any, keep: Any) -> Any:
+    def _forward(self, ids: Any, mask: Any, seq: Any, offset: int, cache: Any, keep: Any) -> Any:
+        """One forward of packed tokens at sequence indices ``seq`` (a ``(1, n)`` tensor)."""
         self.stats.forwards += 1
-        out = self.backend.net(
+        out = self.host.net(
             input_ids=ids,
             attention_mask=mask,
-            position_ids=pos,
+            position_ids=self.adapter.positions(seq + offset),
             past_key_values=cache,
             use_cache=True,
             logits_to_keep=keep,
         )
         logits = out.logits
-        return logits.to(self.backend._torch.promote_types(logits.dtype, self.backend._torch.float32))
+        return logits.to(self._torch.promote_types(logits.dtype, self._torch.float32))
 
-    def _mask(self, allowed: Any, p: int) -> Any:
-        """Additive 4D attention mask (1, 1, queries, P + slots): every query sees the whole shared
-        prefix, and of the slots after it those ``allowed`` marks."""
-        torch = self.backend._torch
-        dtype = self.backend.net.get_input_embeddings().weight.dtype  # the dtype attention runs in
-        mask = torch.zeros((1, 1, allowed.shape[0], p + allowed.shape[1]), dtype=dtype, device=allowed.device)
-        mask[0, 0, :, p:].masked_fill_(~allowed, torch.finfo(dtype).min)
-        return mask
+    def _mask(self, allowed: Any, p: int, q_seq: Any, k_seq: Any) -> Any:
+        """Additive 4D attention mask(s) (1, 1, queries, P + slots): every query sees the shared
+        prefix, and of the slots after it those ``allowed`` marks; in sliding-window layers only
+        keys less than the window behind the query, by sequence index (``q_seq`` of the queries,
+        ``k_seq`` of the slots), as a plain forward over the query's own prompt masks them.
+        One tensor when every layer is of one kind, else a dict by layer kind."""
+        torch = self._torch
+        dtype = self.host.net.get_input_embeddings().weight.dtype  # the dtype attention runs in
+        lowest = torch.finfo(dtype).min
+        base = torch.zeros((1, 1, allowed.shape[0], p + allowed.shape[1]), dtype=dtype, device=allowed.device)
+        base[0, 0, :, p:].masked_fill_(~allowed, lowest)
+        masks: dict[str, Any] = {}
+        for kind, window in self.layout.windows.items():
+            if window is None or int(q_seq.max()) < window:  # every key lies inside the window
+                masks[kind] = base
+                continue
+            keys = torch.cat([torch.arange(p, device=allowed.device), k_seq])
+            far = (q_seq[:, None] - keys[None, :]) >= window
+            masks[kind] = base.masked_fill(far[None, None], lowest)
+        return masks if self.layout.mapping else next(iter(masks.values()))
 
-    def _decode_chunk(self, p: int, rows: list[_Row]) -> None:
+    def _decode_chunk(self, p: int, offset: int, rows: list[_Row]) -> None:
         """Suffix forward (with the answer draft) and greedy decoding of one chunk of rows, packed
         into one sequence after the shared prefix (see the module docstring)."""
-        be = self.backend
-        torch = be._torch
-        dev = be.device
+        torch = self._torch
+        dev = self.host.device
         b = len(rows)
         draft = list(self.draft)
         nd = len(draft)
         ids: list[int] = []
-        pos: list[int] = []
+        seq: list[int] = []  # each slot's index in its own prompt (its position is seq + offset)
         owner: list[int] = []  # the row each slot after the prefix belongs to; -1: seen by no one
         keep: list[int] = []  # slots whose logits are read: the last prompt token and the draft
         for k, row in enumerate(rows):
-            seq = row.suffix + draft
-            keep.extend(range(len(ids) + len(seq) - nd - 1, len(ids) + len(seq)))
-            ids.extend(seq)
-            pos.extend(range(p, p + len(seq)))
-            owner.extend([k] * len(seq))
+            tokens = row.suffix + draft
+            keep.extend(range(len(ids) + len(tokens) - nd - 1, len(ids) + len(tokens)))
+            ids.extend(tokens)
+            seq.extend(range(p, p + len(tokens)))
+            owner.extend([k] * len(tokens))
         n = len(ids)
         own = torch.tensor(owner, device=dev)
         slot = torch.arange(n, device=dev)
+        slot_seq = torch.tensor(seq, device=dev)
         causal_own = (own[:, None] == own[None, :]) & (slot[:, None] >= slot[None, :])
         # Slots past the prefix are overwritten; the prefix itself stays for the next chunk.
         cache = self._arena.cache(p)
         self.stats.rows += b
         logits = self._forward(
             torch.tensor([ids], device=dev),
-            self._mask(causal_own, p),
-            torch.tensor([pos], device=dev),
+            self._mask(causal_own, p, slot_seq, slot_seq),
+            slot_seq.unsqueeze(0),
+            offset,
             cache,
             torch.tensor(keep, device=dev),
         ).view(b, nd + 1, -1)
@@ -431,22 +565,25 @@ class PrefixReuser:
                 self._push(row, int(greedy[k][j]), logits[k, j])
                 if row.done:
                     break
-            row.next_pos = p + len(row.suffix) + a
+            row.next_seq = p + len(row.suffix) + a
         active = [k for k, r in enumerate(rows) if not r.done]
         while active:
             owner.extend(active)
+            seq.extend(rows[k].next_seq for k in active)
             own = torch.tensor(owner, device=dev)
             allowed = own[None, :] == torch.tensor(active, device=dev)[:, None]
+            q_seq = torch.tensor([rows[k].next_seq for k in active], device=dev)
             logits = self._forward(
                 torch.tensor([[rows[k].gen[-1] for k in active]], device=dev),
-                self._mask(allowed, p),
-                torch.tensor([[rows[k].next_pos for k in active]], device=dev),
+                self._mask(allowed, p, q_seq, torch.tensor(seq, device=dev)),
+                q_seq.unsqueeze(0),
+                offset,
                 cache,
                 0,
             )[0]
             greedy_step = logits.argmax(-1).tolist()
             for j, k in enumerate(active):
-                rows[k].next_pos += 1
+                rows[k].next_seq += 1
                 self._push(rows[k], int(greedy_step[j]), logits[j])
             active = [k for k in active if not rows[k].done]
 
@@ -456,5 +593,5 @@ class PrefixReuser:
         row.gen.append(token)
         if row.request.config.top_logprobs > 0:
             row.logits.append(logits.clone())
-        if token in self.backend.eos_ids or len(row.gen) >= row.request.config.max_new_tokens:
+        if token in self.host.eos_ids or len(row.gen) >= row.request.config.max_new_tokens:
             row.done = True
