@@ -231,17 +231,43 @@ def reference_style(backend: Any, image: Path, captions: Sequence[str], max_new_
     return outs
 
 
+def reference_generic(backend: Any, judge: Any, image: Path, captions: Sequence[str], max_new_tokens: int) -> list[Any]:
+    """FLEUR's code path on any architecture: for each caption, load the image, run the processor
+    on the judge's prompt and one full ``generate`` with scores."""
+    import torch
+
+    from capjudge import Sample
+
+    net = backend.net
+    outs = []
+    for i, caption in enumerate(captions):
+        inputs = backend.encode([judge._score_request(judge._prepare(i, Sample(image, caption)))])
+        with torch.inference_mode():
+            out = net.generate(
+                **inputs,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                num_beams=1,
+                output_scores=True,
+                return_dict_in_generate=True,
+                pad_token_id=backend.tokenizer.pad_token_id,
+            )
+        outs.append(out.sequences[0, inputs["input_ids"].shape[1] :].tolist())
+    return outs
+
+
 class Floor:
-    """One prefix forward plus K suffix forwards, on tensors prepared in advance."""
+    """One prefix forward plus K suffix forwards, on tensors prepared in advance (any architecture
+    the prefix path has an adapter for: its image inputs and RoPE positions)."""
 
     def __init__(self, backend: Any, judge: Any, image: Path, captions: Sequence[str]) -> None:
         from capjudge import Sample
 
         self.backend = backend
+        self.adapter = backend._prefix.adapter
         preps = [judge._prepare(i, Sample(image, c)) for i, c in enumerate(captions)]
         reqs = [judge._score_request(p) for p in preps]
-        seqs, encoding = backend._prefix._tokenize_group(reqs)
-        self.pixel_values = encoding["pixel_values"]
+        seqs, self.encoding = backend._prefix._tokenize_group(reqs)
         n = min(len(s) for s in seqs)
         p = 0
         while p < n - 1 and all(s[p] == seqs[0][p] for s in seqs):
@@ -251,13 +277,26 @@ class Floor:
         self.suffixes = [s[p:] for s in seqs]
         self._arena: Any = None
 
-    def _prefix_cache(self) -> list[tuple[Any, Any]]:
+    def _prefix_forward(self, cache: Any = None) -> tuple[Any, int]:
         torch = self.backend._torch
         ids = torch.tensor([self.prefix], device=self.backend.device)
-        out = self.backend.net(input_ids=ids, pixel_values=self.pixel_values, attention_mask=torch.ones_like(ids), use_cache=True, logits_to_keep=1)
-        return [(k, v) for k, v, *_ in out.past_key_values]
+        positions, offset = self.adapter.prefix_positions(self.backend.net, self.encoding, self.p)
+        out = self.backend.net(
+            input_ids=ids,
+            attention_mask=torch.ones_like(ids),
+            position_ids=positions,
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+            **self.adapter.prefix_inputs(self.encoding, self.p),
+        )
+        return out.past_key_values, offset
 
-    def _suffix(self, layers: list[tuple[Any, Any]], rows: Sequence[list[int]]) -> None:
+    def _prefix_cache(self) -> tuple[list[tuple[Any, Any]], int]:
+        cache, offset = self._prefix_forward()
+        return [(layer.keys, layer.values) for layer in cache.layers], offset
+
+    def _suffix(self, layers: list[tuple[Any, Any]], offset: int, rows: Sequence[list[int]]) -> None:
         from transformers import DynamicCache
 
         torch = self.backend._torch
@@ -272,19 +311,19 @@ class Floor:
             pos[k, width - len(r) :] = torch.arange(self.p, self.p + len(r))
         mask = torch.cat([torch.ones((b, self.p), dtype=torch.long), seg], dim=1)
         cache = DynamicCache(ddp_cache_data=[(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in layers], config=self.backend.net.config)
-        self.backend.net(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=pos.to(dev), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        self.backend.net(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=self.adapter.positions((pos + offset).to(dev)), past_key_values=cache, use_cache=True, logits_to_keep=1)
 
     def batched(self) -> None:
         """Prefix, then the K suffixes in one batched forward."""
         with self.backend._torch.inference_mode():
-            self._suffix(self._prefix_cache(), self.suffixes)
+            self._suffix(*self._prefix_cache(), self.suffixes)
 
     def one_by_one(self) -> None:
         """Prefix, then K separate suffix forwards."""
         with self.backend._torch.inference_mode():
-            layers = self._prefix_cache()
+            layers, offset = self._prefix_cache()
             for s in self.suffixes:
-                self._suffix(layers, [s])
+                self._suffix(layers, offset, [s])
 
     def packed(self) -> None:
         """Prefix, then the K suffixes as one sequence (batch 1) whose 4D mask lets each suffix see
@@ -294,13 +333,14 @@ class Floor:
 
         torch = self.backend._torch
         dev = self.backend.device
-        dtype = self.backend.net.dtype
         net = self.backend.net
+        dtype = net.get_input_embeddings().weight.dtype
+        if any(w is not None for w in self.backend._prefix.layout.windows.values()):
+            raise NotImplementedError("the packed floor builds no sliding-window masks")
         if self._arena is None:
-            self._arena = KVArena(net.config.text_config.num_hidden_layers)
+            self._arena = KVArena(net.config.get_text_config().num_hidden_layers)
         with torch.inference_mode():
-            ids = torch.tensor([self.prefix], device=dev)
-            net(input_ids=ids, pixel_values=self.pixel_values, attention_mask=torch.ones_like(ids), past_key_values=self._arena.cache(0), use_cache=True, logits_to_keep=1)
+            _, offset = self._prefix_forward(self._arena.cache(0))
             ids = torch.tensor([[t for s in self.suffixes for t in s]], device=dev)
             pos = torch.tensor([[self.p + j for s in self.suffixes for j in range(len(s))]], device=dev)
             own = torch.tensor([k for k, s in enumerate(self.suffixes) for _ in s], device=dev)
@@ -308,7 +348,7 @@ class Floor:
             allowed = (own[:, None] == own[None, :]) & (slot[:, None] >= slot[None, :])
             mask = torch.zeros((1, 1, len(own), self.p + len(own)), dtype=dtype, device=dev)
             mask[0, 0, :, self.p :].masked_fill_(~allowed, torch.finfo(dtype).min)
-            net(input_ids=ids, attention_mask=mask, position_ids=pos, past_key_values=self._arena.cache(self.p), use_cache=True, logits_to_keep=1)
+            net(input_ids=ids, attention_mask=mask, position_ids=self.adapter.positions(pos + offset), past_key_values=self._arena.cache(self.p), use_cache=True, logits_to_keep=1)
 
 
 def interleaved_medians(fns: dict[str, Callable[[], Any]], reps: int, torch: Any, cuda: bool) -> dict[str, float]:
