@@ -121,16 +121,40 @@ def _sizes(module: Any, shape: ArchShape) -> Iterator[None]:
         module.VISION.update(saved[1])
 
 
+def _head_reads_hand_set_dimensions(calibrate: Any) -> Any:
+    """The builder's calibration, then the output head restricted to the hand-set dimensions.
+
+    At these widths the random part of the output head outweighs the hand-set one and answers
+    run to ``max_new_tokens``; reading only the hand-set dimensions (those every token embedding
+    sets to exactly 0 or 1) makes the answers ``0.x[y]`` as with the tiny models, whatever the
+    random layers do (the final norm scales those dimensions alike, so the argmax is theirs).
+    Every layer still computes: the cost per token is unchanged."""
+
+    def wrapped(model: Any, processor: Any, dims: Any) -> None:
+        import torch
+
+        calibrate(model, processor, dims)
+        with torch.no_grad():
+            emb = model.get_input_embeddings().weight
+            n_tok = len(processor.tokenizer)
+            hand_set = ((emb[:n_tok] == 0) | (emb[:n_tok] == 1)).all(0)
+            model.get_output_embeddings().weight[:, ~hand_set] = 0.0
+
+    return wrapped
+
+
 def build_arch_model(arch: str, folder: Path) -> Path:
     """The judge-like benchmark model of ``arch`` (a key of :data:`SHAPES`), written to ``folder``."""
     from capjudge.testing import tiny_vlm
 
     shape = SHAPES[arch]
     spec = tiny_vlm.ARCHITECTURES[arch]
-    bench_spec = dataclasses.replace(spec, make=_MAKERS[arch](spec.make))
-    tiny_vlm.ARCHITECTURES[arch] = bench_spec
+    calibrate = tiny_vlm._calibrate
+    tiny_vlm.ARCHITECTURES[arch] = dataclasses.replace(spec, make=_MAKERS[arch](spec.make))
+    tiny_vlm._calibrate = _head_reads_hand_set_dimensions(calibrate)
     try:
         with _sizes(tiny_vlm, shape):
             return tiny_vlm.build_tiny_vlm(arch, folder)
     finally:
         tiny_vlm.ARCHITECTURES[arch] = spec
+        tiny_vlm._calibrate = calibrate

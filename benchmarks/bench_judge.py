@@ -21,6 +21,12 @@ measures the llama.cpp backend's prefix reuse on the tiny GGUF model.
     python benchmarks/bench_judge.py                  # K = 1, 3, 5, 10, table
     python benchmarks/bench_judge.py --k 5 --json     # last line: one JSON object
     python benchmarks/bench_judge.py --device cuda    # 7B shapes on a GPU
+    python benchmarks/bench_judge.py --arch qwen2_5_vl --k 5 --reps 3   # Qwen2.5-VL-7B image shapes
+
+``--arch qwen2_5_vl`` / ``llava_onevision``: the judge-like random model of
+``capjudge.testing.tiny_vlm`` with the real 7B checkpoint's processor, vision grid and image-token
+count and scaled-down layers (``benchmarks/_arch_shapes.py`` says exactly which shapes); the Qwen
+and OneVision processors need torchvision.
 """
 
 from __future__ import annotations
@@ -39,13 +45,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from _machine import cpu_name  # benchmarks/ is on sys.path when a script runs
+from _arch_shapes import SHAPES  # benchmarks/ is on sys.path when a script runs
+from _machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
+ARCH_CHOICES = list(SHAPES)
 IMAGES = [ROOT / "examples" / "images" / "cats.jpg", ROOT / "examples" / "images" / "dog.jpg"]
 
 CAPTIONS = [
@@ -273,6 +281,7 @@ class Floor:
         while p < n - 1 and all(s[p] == seqs[0][p] for s in seqs):
             p += 1
         self.p = p
+        self.image_tokens = seqs[0].count(self.adapter.image_token_id(backend.net.config))
         self.prefix = seqs[0][:p]
         self.suffixes = [s[p:] for s in seqs]
         self._arena: Any = None
@@ -370,7 +379,17 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     cuda = args.device.startswith("cuda")
     tmp = Path(tempfile.mkdtemp(prefix="capjudge-bench-"))
-    if cuda:
+    reference: Callable[[Path, Sequence[str]], Any]
+    if args.arch != "llava":  # another architecture at its 7B model's image shapes (_arch_shapes)
+        from _arch_shapes import build_arch_model
+
+        from capjudge.testing.tiny_vlm import ARCHITECTURES
+
+        t0 = time.perf_counter()
+        model_dir = build_arch_model(args.arch, tmp / args.arch)
+        print(f"built the {args.arch} benchmark model in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        backend = HFBackend(str(model_dir), device=args.device, chat_format=ARCHITECTURES[args.arch].chat_format, prefix_reuse=True)
+    elif cuda:
         model_dir = build_cpu_model(tmp / "tok", 64, 1, 4, args.vocab)  # processor and tokenizer only
         backend = HFBackend(str(model_dir), device=args.device, dtype="float16", prefix_reuse=True)
         t0 = time.perf_counter()
@@ -385,13 +404,17 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
         backend = HFBackend(str(model_dir), device="cpu", prefix_reuse=True)  # judge-like at any size
     judge = Judge("fleur", backend, batch_size=max(args.k) * 2)
     max_new = judge.method.max_new_tokens
+    if args.arch == "llava":
+        reference = lambda image, caps: reference_style(backend, image, caps, max_new)  # noqa: E731
+    else:
+        reference = lambda image, caps: reference_generic(backend, judge, image, caps, max_new)  # noqa: E731
 
     def capjudge(image: Path, caps: Sequence[str]) -> list[Any]:
         return list(judge.score_many([Sample(image, c) for c in caps]))
 
     # Warm-up (first-call overheads; capjudge also learns its answer draft here).
     capjudge(IMAGES[1], CAPTIONS[:3])
-    reference_style(backend, IMAGES[1], CAPTIONS[:1], max_new)
+    reference(IMAGES[1], CAPTIONS[:1])
     rows = []
     for k in args.k:
         caps = [CAPTIONS[i % len(CAPTIONS)] for i in range(k)]
@@ -399,7 +422,7 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
         floor = Floor(backend, judge, image, caps)
         floor.batched()
         fns: dict[str, Callable[[], Any]] = {
-            "reference": lambda image=image, caps=caps: reference_style(backend, image, caps, max_new),
+            "reference": lambda image=image, caps=caps: reference(image, caps),
             "capjudge": lambda image=image, caps=caps: capjudge(image, caps),
             "padded_batch": floor.batched,
         }
@@ -410,7 +433,7 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
         t_f1, t_fp = med.get("one_by_one", t_fb), med.get("packed", t_fb)
         t_floor = min(t_fb, t_f1, t_fp)
         with PeakMemory(torch, args.device) as m_ref:
-            reference_style(backend, image, caps, max_new)
+            reference(image, caps)
         with PeakMemory(torch, args.device) as m_cj:
             results = capjudge(image, caps)
         smoothed = sum(1 for r in results if r.smoothed)
@@ -426,6 +449,7 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
             "peak_mib_capjudge": m_cj.mib,
             "prompt_tokens": floor.p + statistics.median(len(s) for s in floor.suffixes),
             "prefix_tokens": floor.p,
+            "image_tokens": floor.image_tokens,
             "smoothed": f"{smoothed}/{k}",
         }
         rows.append(row)
@@ -510,6 +534,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--k", default="1,3,5,10", help="captions per image, comma-separated (default 1,3,5,10)")
     ap.add_argument("--reps", type=int, default=5, help="rounds; each round times every variant once, in turn; medians are reported")
     ap.add_argument("--device", default="cpu", help="cpu (tiny model) or cuda (LLaVA-1.5-7B shapes)")
+    ap.add_argument("--arch", choices=["llava", *ARCH_CHOICES], default="llava", help="model architecture: llava (the tiny LLaVA-1.5 or its 7B shapes) or a 7B model's image shapes with scaled-down layers (see benchmarks/_arch_shapes.py)")
     ap.add_argument("--preset", choices=["tiny", "7b"], default=None, help="model shapes (default: tiny on CPU, 7b on CUDA)")
     ap.add_argument("--hidden", type=int, default=512, help="tiny model: text hidden size")
     ap.add_argument("--layers", type=int, default=None, help="text layers (tiny default 8, 7b default 32)")
@@ -533,8 +558,14 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     where = machine(args.device)
     dtype = "float16" if args.device.startswith("cuda") else "float32"
-    shape = f"LLaVA-1.5-7B shapes ({args.layers or (32 if args.device.startswith('cuda') else 2)} layers), random weights, {dtype}" if args.preset == "7b" else f"tiny LLaVA, hidden {args.hidden}, {args.layers or 8} layers, {args.heads} heads, float32"
-    print(f"\nFLEUR, 576 image tokens, {shape}; {where}; median of {args.reps}")
+    if args.arch != "llava":
+        arch = SHAPES[args.arch]
+        shape = f"{arch.title} image shapes ({arch.bench}), random weights, {dtype}"
+        tokens = f"{rows[0]['image_tokens']} image tokens"
+    else:
+        shape = f"LLaVA-1.5-7B shapes ({args.layers or (32 if args.device.startswith('cuda') else 2)} layers), random weights, {dtype}" if args.preset == "7b" else f"tiny LLaVA, hidden {args.hidden}, {args.layers or 8} layers, {args.heads} heads, float32"
+        tokens = "576 image tokens"
+    print(f"\nFLEUR, {tokens}, {shape}; {where}; median of {args.reps}")
     print("| K | reference s/caption (a) | capjudge s/caption (b) | floor s/caption (c) | a/b | b/c | peak MiB ref | peak MiB capjudge | smoothed |")
     print("|---|---|---|---|---|---|---|---|---|")
 
@@ -555,7 +586,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.json:
         main_row = next((r for r in rows if r["k"] == 5), rows[-1])
-        print(json.dumps({**main_row, "device": where, "model": shape, "reps": args.reps, "rows": rows, "llamacpp": llama}, default=float))
+        print(json.dumps({**main_row, "arch": args.arch, "device": where, "model": shape, "reps": args.reps, "rows": rows, "llamacpp": llama}, default=float))
     return 0
 
 
