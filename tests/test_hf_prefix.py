@@ -301,3 +301,19 @@ def test_a_group_that_fails_on_the_packed_path_is_answered_by_generate(fast, slo
     monkeypatch.undo()
     records = list(Judge("fleur", fast).score_many([Sample(example_images[0], c) for c in CAPTIONS[:2]]))
     assert [r.details["prefix_reuse"] for r in records] == ["used", "used"]
+
+
+def test_a_long_prefix_is_computed_from_the_first_slot(fast, slow, example_images, monkeypatch) -> None:
+    """Past HEAD_REUSE_MAX tokens the kept system-sentence keys are not reused (the rest would need
+    the slower masked attention); the answers are the same."""
+    from capjudge.backends.hf import prefix as hf_prefix
+
+    monkeypatch.setattr(hf_prefix, "HEAD_REUSE_MAX", 10)
+    img = load_image(example_images[0])
+    reqs = [_fleur_request(img, c) for c in CAPTIONS[:3]]
+    fast.generate(reqs)
+    fast.prefix_stats.reset()
+    out = fast.generate(reqs)
+    assert fast.prefix_stats.head_reused == 0 and fast.prefix_stats.rows == len(reqs)
+    for req, o in zip(reqs, out):
+        _assert_same_completion(o, slow.generate_one(req))

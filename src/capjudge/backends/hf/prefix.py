@@ -102,6 +102,12 @@ grows with the square of a chunk's tokens)."""
 MAX_DRAFT = 4
 """Longest answer draft appended to the suffixes."""
 
+HEAD_REUSE_MAX = 1024
+"""Longest prefix after the text before the image for which that text's cached keys are reused.
+The part computed after a kept head needs an explicit causal mask (its queries start past slot
+0), which on CPU sends attention to SDPA's slower masked kernel; past ~1k tokens that costs more
+than the few head tokens save (LLaVA-OneVision, 3.9k-token prefix: 3.4 s vs 2.5 s per image)."""
+
 MAX_PACKED_TOKENS = 4096
 """Most suffix and draft tokens packed into one chunk (bounds the attention mask, and with eager
 attention the score matrix, whatever the captions' length)."""
@@ -421,7 +427,8 @@ class PrefixReuser:
 
         The tokens before the image (system sentence, ``USER:``) are the same for every image of a
         run: they stay at the start of the arena from the previous group and only the rest (image
-        and instructions) is computed. Causal attention makes this exact.
+        and instructions) is computed, when that rest is at most ``HEAD_REUSE_MAX`` tokens.
+        Causal attention makes this exact.
         """
         net = self.host.net
         torch = self._torch
@@ -429,6 +436,8 @@ class PrefixReuser:
         p = len(prefix)
         positions, offset = self.adapter.prefix_positions(net, encoding, p)
         head = tuple(prefix[:first_image])
+        if p - len(head) > HEAD_REUSE_MAX:
+            head = ()  # one forward from slot 0: the causal kernel needs no explicit mask
         start = 0
         if not head:
             self._head = ()  # the prefix below is written from slot 0, over any kept head
