@@ -138,9 +138,9 @@ def _head_reads_hand_set_dimensions(calibrate: Any) -> Any:
         with torch.no_grad():
             # The mood is calibrated on a small image; averaged over hundreds of image tokens it
             # comes out ~2x the state dimensions and decides the answer's format too (0.3636...).
-            text = model.get_input_embeddings()
-            layer0 = next(m for name, m in model.named_modules() if name.endswith("layers.0.self_attn") and m.o_proj.out_features == text.weight.shape[1])
-            layer0.o_proj.weight[dims["mood"], :] *= 0.25
+            from capjudge.testing.tiny_vlm import _text_model
+
+            _text_model(model).layers[0].self_attn.o_proj.weight[dims["mood"], :] *= 0.25
             emb = model.get_input_embeddings().weight
             n_tok = len(processor.tokenizer)
             hand_set = ((emb[:n_tok] == 0) | (emb[:n_tok] == 1)).all(0)
