@@ -1,6 +1,8 @@
 """HF transformers backend: LLaVA-1.5 checkpoints (``llava-hf/llava-1.5-7b-hf``, ``-13b-hf`` or a
-local folder) with greedy decoding, batched with left padding, and exact per-step probabilities of
-the digit tokens for FLEUR smoothing.
+local folder) and the other verified image-text-to-text architectures (LLaVA-NeXT/OneVision,
+Qwen2/2.5/3-VL, Gemma 3, Idefics3, InternVL, Mistral 3, PaliGemma; see docs/backends.md) with
+greedy decoding, batched with left padding, and exact per-step probabilities of the digit tokens
+for FLEUR smoothing.
 
 Prompt format (``chat_format="llava"``, the default) is LLaVA-1.5's own::
 
