@@ -1,6 +1,8 @@
 """HF transformers backend: LLaVA-1.5 checkpoints (``llava-hf/llava-1.5-7b-hf``, ``-13b-hf`` or a
-local folder) with greedy decoding, batched with left padding, and exact per-step probabilities of
-the digit tokens for FLEUR smoothing.
+local folder) and the other verified image-text-to-text architectures (LLaVA-NeXT/OneVision,
+Qwen2/2.5/3-VL, Gemma 3, Idefics3, InternVL, Mistral 3, PaliGemma; see docs/backends.md) with
+greedy decoding, batched with left padding, and exact per-step probabilities of the digit tokens
+for FLEUR smoothing.
 
 Prompt format (``chat_format="llava"``, the default) is LLaVA-1.5's own::
 
@@ -213,11 +215,15 @@ class HFBackend(Backend):
         return img
 
     def encode(self, requests: Sequence[Request]) -> dict[str, Any]:
-        """Tokenize a batch (left-padded) with its pixel values, on the model's device."""
+        """Tokenize a batch (left-padded) with its pixel values, on the model's device.
+
+        Images go to the processor as one list per sample: a flat list is read by some processors
+        (Gemma 3) as several images of one prompt; every processor of the verified architectures
+        takes the nested form, LLaVA's giving the same tensors as with a flat list."""
         texts = [self.format_prompt(r.messages) for r in requests]
-        images = [self.prepare_image(i) for r in requests for i in r.images]
+        images = [[self.prepare_image(i) for i in r.images] for r in requests]
         kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", "padding": True}
-        if images:
+        if any(images):
             kwargs["images"] = images
         inputs = self.processor(**kwargs)
         out = {}
@@ -242,7 +248,7 @@ class HFBackend(Backend):
         batch); a batch that fails is retried one request at a time, so that only the bad one fails."""
         results: list[Completion | BaseException | None] = [None] * len(requests)
         notes: dict[int, str] = {}
-        if self._prefix is not None:
+        if self.prefix_reuse and self._prefix is not None:
             # Captions of one image: one prefix pass per image (see capjudge.backends.hf.prefix).
             outcome = self._prefix.run(requests)
             notes = outcome.notes
@@ -484,9 +490,10 @@ def llava_4bit_settings(torch: Any) -> dict[str, Any]:
     }
 
 
-# Packages that transformers asks for by name in its ImportError texts, and what to install.
+# Packages that transformers asks for by name in its ImportError texts, and what to install
+# (torchvision: see torchvision_requirement).
 _INSTALL = {
-    "torchvision": "torchvision (the build that matches your torch: see pytorch.org)",
+    "torchvision": "torchvision",
     "accelerate": "accelerate",
     "bitsandbytes": "bitsandbytes",
     "timm": "timm",
@@ -510,7 +517,23 @@ def missing_package_message(model: str, exc: ImportError) -> str:
         names = [name.split(".")[0]]
     if not names:
         return f"could not load HF model {model!r}: a package it needs is missing: {text}"
-    return f"could not load HF model {model!r}: it needs {', '.join(names)} ({text}): pip install " + " ".join(_INSTALL[n] for n in names)
+    specs = [torchvision_requirement() if n == "torchvision" else _INSTALL[n] for n in names]
+    note = " (torchvision's release must match your torch; on a CUDA machine use the index URL from pytorch.org)" if "torchvision" in names else ""
+    return f"could not load HF model {model!r}: it needs {', '.join(names)} ({text}): pip install " + " ".join(f"'{s}'" if "=" in s else s for s in specs) + note
+
+
+def torchvision_requirement() -> str:
+    """The pip requirement of the torchvision release that goes with the installed torch
+    (torch 2.x pairs with torchvision 0.(x+15), e.g. 2.13 with 0.28); a bare ``torchvision``
+    would let pip replace torch with the one the newest torchvision wants."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "torchvision"
+    m = re.match(r"2\.(\d+)", version)
+    return f"torchvision==0.{int(m.group(1)) + 15}.*" if m else "torchvision"
 
 
 def check_4bit_packages() -> None:

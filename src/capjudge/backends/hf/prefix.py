@@ -61,9 +61,21 @@ from capjudge.backends.hf.adapters import (
 from capjudge.backends.hf.kv import KVArena
 from capjudge.redact import get_logger
 
-__all__ = ["ADAPTERS", "PrefixHost", "PrefixOutcome", "PrefixReuser", "PrefixStats", "PrefixSupport", "prefix_reuse_support"]
+__all__ = ["ADAPTERS", "PREFIX_REUSE_MODEL_TYPES", "PrefixHost", "PrefixOutcome", "PrefixReuser", "PrefixStats", "PrefixSupport", "prefix_reuse_support", "supports_prefix_reuse"]
 
 log = get_logger(__name__)
+
+PREFIX_REUSE_MODEL_TYPES = frozenset(m for m, a in ADAPTERS.items() if a.unsupported is None)
+"""HF ``model_type`` values whose prompts the fast path handles (its float64 equality with plain
+decoding is tested for each); every other architecture falls back to the backend's batched
+``generate``. Derived from :data:`capjudge.backends.hf.adapters.ADAPTERS` (with the reasons:
+:func:`prefix_reuse_support`); the README's "Verified judges" table is checked against it."""
+
+
+def supports_prefix_reuse(model_type: str) -> bool:
+    """Whether the prefix-reuse path runs for models of this HF ``model_type``."""
+    return model_type in PREFIX_REUSE_MODEL_TYPES
+
 
 USED = "used"
 """``Completion.meta["prefix_reuse"]`` of an answer computed on the fast path."""
