@@ -144,11 +144,8 @@ def _preflight(
     check_backend(args.backend, _backend_options(args))
 
 
-def _make_judge(args: argparse.Namespace, method: Any) -> Any:
-    from capjudge.backends.registry import UnknownBackendError
-    from capjudge.judges.judge import Judge
-    from capjudge.prompts.registry import TemplateError, UnknownMethodError
-
+def _judge_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """:class:`~capjudge.judges.judge.Judge`'s keyword arguments from the command line."""
     cache_dir = None
     if not getattr(args, "no_cache", False):
         from capjudge.backends.cache import default_cache_dir
@@ -161,19 +158,24 @@ def _make_judge(args: argparse.Namespace, method: Any) -> Any:
         from capjudge.prompts.registry import LLAVA_V1_SYSTEM
 
         system = LLAVA_V1_SYSTEM
-    options = _backend_options(args)
+    return {
+        "cache_dir": cache_dir,
+        "system": system,
+        "images_root": args.images,
+        "batch_size": args.batch_size,
+        "max_new_tokens": getattr(args, "max_new_tokens", None),
+        "backend_options": _backend_options(args),
+        "method_options": _parse_options(getattr(args, "method_option", None), "--method-option"),
+    }
+
+
+def _make_judge(args: argparse.Namespace, method: Any) -> Any:
+    from capjudge.backends.registry import UnknownBackendError
+    from capjudge.judges.judge import Judge
+    from capjudge.prompts.registry import TemplateError, UnknownMethodError
+
     try:
-        judge = Judge(
-            method,
-            args.backend,
-            cache_dir=cache_dir,
-            system=system,
-            images_root=args.images,
-            batch_size=args.batch_size,
-            max_new_tokens=getattr(args, "max_new_tokens", None),
-            backend_options=options,
-            method_options=_parse_options(getattr(args, "method_option", None), "--method-option"),
-        )
+        judge = Judge(method, args.backend, **_judge_kwargs(args))
     except ValueError as exc:
         # Bad option values (a concurrency of 0, an unknown price, ...) are usage errors; the
         # subclasses that name an unknown method or backend are reported as they are.
@@ -344,14 +346,15 @@ def _cmd_score(args: argparse.Namespace) -> int:
     rows = list(read_samples(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
+    _check_ray_args(args)
     tally = RunTally(method=method.name, smoothing=bool(method.smoothing))
     t0 = time.perf_counter()
-    with _make_judge(args, method) as judge:
+    with _make_judge(args, method) as judge, _score_stream(args, judge, method) as stream:
         # What every record of this run says about how it was made (as _bad_row_result writes it).
         plan = _resume_plan(args, rows, score_key, {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash})
         for kept in _kept_results(plan, ScoreResult):
             tally.add(kept)
-        for res in _run_rows(args, judge, rows, plan, judge.score_stream, lambda row: _bad_row_result(row, method, judge), f"{method.name} on {judge.backend_spec}"):
+        for res in _run_rows(args, judge, rows, plan, stream, lambda row: _bad_row_result(row, method, judge), f"{method.name} on {judge.backend_spec}"):
             tally.add(res)
         usage = _usage_rows(judge)
     if not args.quiet:
@@ -371,6 +374,29 @@ def _cmd_score(args: argparse.Namespace) -> int:
         _resume_note(con, plan)
     _html_report(args)
     return _finish(tally)
+
+
+def _check_ray_args(args: argparse.Namespace) -> None:
+    """``--ray`` options: checked before the backend is built (usage errors, exit 2)."""
+    if args.ray is None:
+        if args.ray_actors is not None or args.ray_gpus_per_actor is not None:
+            raise UsageError("--ray-actors and --ray-gpus-per-actor need --ray")
+        return
+    from capjudge.distributed.commands import check_ray_args
+
+    check_ray_args(args)
+
+
+def _score_stream(args: argparse.Namespace, judge: Any, method: Any) -> Any:
+    """A context giving the function that judges a list of rows: ``judge.score_stream``, or with
+    ``--ray`` the same records made by judges on Ray actors (one Ray session for the command)."""
+    if args.ray is None:
+        from contextlib import nullcontext
+
+        return nullcontext(judge.score_stream)
+    from capjudge.distributed.commands import ray_score_stream
+
+    return ray_score_stream(args, judge, method, _judge_kwargs(args), _console())
 
 
 def _html_report(args: argparse.Namespace) -> None:
@@ -586,6 +612,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="results JSONL (one record per input row)")
     _add_resume(p)
     add_html_option(p)
+    scale = p.add_argument_group("many judges at once through Ray (pip install 'capjudge[ray]'; docs/ray.md)")
+    scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS", help="judge on Ray actors, one judge (one model) each: a running cluster's ADDRESS (auto, HOST:6379, ray://HOST:10001), or none for $RAY_ADDRESS or a local instance")
+    scale.add_argument("--ray-actors", type=int, default=None, metavar="N", help="judges running at once (default: the cluster's GPUs / --ray-gpus-per-actor, else 1); an API backend's --concurrency applies to each")
+    scale.add_argument("--ray-gpus-per-actor", type=float, default=None, metavar="G", help="GPUs each actor holds (default 1 for hf: and llamacpp: on a cluster with GPUs, else 0)")
     p.set_defaults(func=_cmd_score)
 
     p = sub.add_parser("compare", help="A/B comparison of caption pairs (dual-sided or by grading)", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
