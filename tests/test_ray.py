@@ -40,9 +40,11 @@ def test_units_hold_whole_image_groups_in_input_order() -> None:
     units = list(plan_units(samples, 4))
     where: dict = {}
     for u, unit in enumerate(units):
-        for index, sample in unit:
+        for _, sample in unit:
             where.setdefault(image_key(sample["image"]), set()).add(u)
-        assert [i for i, _ in unit] == sorted(i for i, _ in unit) or len({image_key(s["image"]) for _, s in unit}) > 1
+        for key in {image_key(s["image"]) for _, s in unit}:  # input order inside each group
+            group = [i for i, s in unit if image_key(s["image"]) == key]
+            assert group == sorted(group)
         assert len(unit) <= 5 or len({image_key(s["image"]) for _, s in unit}) == 1  # a larger group is alone
     assert all(len(us) == 1 for us in where.values()), "an image group was split between units"
     assert sorted(i for unit in units for i, _ in unit) == list(range(len(samples)))
@@ -97,15 +99,17 @@ def ray_local():
 
 
 @pytest.mark.slow
-def test_scripted_two_actors_equal_a_single_process_run(ray_local) -> None:
+def test_scripted_two_actors_equal_a_single_process_run_even_when_one_dies(ray_local, tmp_path: Path) -> None:
     from capjudge.distributed import score_list
-    from capjudge.testing.ray_workers import scripted_caption_backend
+    from capjudge.testing.ray_workers import DieOnce, scripted_caption_backend
 
-    samples = _samples()
-    for method in ("vanilla", "visce2"):  # one step, and a per-image first step (asked in each actor)
-        single = _dicts(Judge(method, scripted_caption_backend(), batch_size=3).score_many(samples))
-        many = _dicts(score_list(samples, method, scripted_caption_backend, actors=2, batch_size=3))
-        assert many == single, method
+    samples = _samples(16)
+    # visce2 asks a first step per image (in each actor that judges the image) before scoring.
+    single = _dicts(Judge("visce2", scripted_caption_backend(), batch_size=3).score_many(samples))
+    marker = tmp_path / "died"
+    many = _dicts(score_list(samples, "visce2", DieOnce(marker), actors=2, batch_size=3))
+    assert marker.exists(), "no actor died: the retry was not tested"
+    assert many == single  # every sample once, in input order, the records one process makes
     assert [r["status"] for r in single].count("error") == 2
     assert single[7]["id"] == "own-id" and single[8]["id"] == "8"
 
@@ -113,10 +117,10 @@ def test_scripted_two_actors_equal_a_single_process_run(ray_local) -> None:
 @pytest.mark.slow
 @pytest.mark.hf
 def test_tiny_hf_model_one_load_per_actor(ray_local, tiny_llava_dir: Path, tmp_path: Path) -> None:
+    import torch
+
     from capjudge.distributed import score_list
     from capjudge.testing.ray_workers import CountingLoads
-
-    import torch
 
     samples = _samples(12)
     spec = f"hf:{tiny_llava_dir}"
@@ -135,18 +139,6 @@ def test_tiny_hf_model_one_load_per_actor(ray_local, tiny_llava_dir: Path, tmp_p
     pids = log.read_text().split()
     assert 1 <= len(pids) <= 2 and len(set(pids)) == len(pids), f"loads per actor process: {pids}"
     assert str(os.getpid()) not in pids  # the driver never loads the model
-
-
-@pytest.mark.slow
-def test_an_actor_that_dies_has_its_work_redone(ray_local, tmp_path: Path) -> None:
-    from capjudge.distributed import score_list
-    from capjudge.testing.ray_workers import DieOnce, scripted_caption_backend
-
-    samples = _samples(16)
-    marker = tmp_path / "died"
-    many = _dicts(score_list(samples, "vanilla", DieOnce(marker), actors=2, batch_size=4))
-    assert marker.exists(), "no actor died: the test did not test anything"
-    assert many == _dicts(Judge("vanilla", scripted_caption_backend(), batch_size=4).score_many(samples))
 
 
 @pytest.mark.slow
@@ -180,11 +172,10 @@ def test_cli_score_ray_writes_the_same_results_file(ray_local, tmp_path: Path, c
     assert "Ray: 2 actor(s)" in capsys.readouterr().err
     one = (tmp_path / "one.jsonl").read_text().splitlines()
     assert (tmp_path / "ray.jsonl").read_text().splitlines() == one and len(one) == 11
-    # The actors wrote the shared cache: a re-run answers everything from it.
-    (tmp_path / "ray.jsonl").unlink()
-    assert main([*common, "--out", str(tmp_path / "ray.jsonl"), "--cache-dir", str(tmp_path / "c2"), "--ray", "--ray-actors", "2"]) == 0
-    records = [json.loads(line) for line in (tmp_path / "ray.jsonl").read_text().splitlines()]
-    assert sum(1 for r in records if r["details"].get("cached")) == 8
+    # Both actors wrote their answers into the one cache folder (diskcache is process-safe).
+    from capjudge.backends.cache import ResponseCache
+
+    assert len(ResponseCache(tmp_path / "c2")) == len(ResponseCache(tmp_path / "c1")) == 8
 
 
 @pytest.mark.slow
@@ -208,5 +199,5 @@ def test_a_model_that_cannot_load_stops_the_run(ray_local) -> None:
     from capjudge.testing.ray_workers import CannotLoad
 
     with pytest.raises(BackendLoadError, match="no-such-model"):
-        score_list(_samples(4), "vanilla", CannotLoad("no-such-model"), actors=1)
+        score_list(_samples(8), "vanilla", CannotLoad("no-such-model"), actors=1)
 
