@@ -153,6 +153,14 @@ def _judge_units(ray: Any, units: Any, config: JudgeConfig, actors: int, gpus: f
         )
 
 
+def unit_size(config: JudgeConfig, judge: Judge) -> int:
+    """Samples per unit: the judge's ``batch_size``; for a backend with concurrent requests at
+    least four times its ``concurrency``, so that an actor's window of requests rarely drains
+    at the end of a unit (an actor judges its units one after the other)."""
+    concurrency = int(getattr(judge.backend.capabilities, "concurrency", 0) or 0)
+    return max(config.batch_size, 4 * concurrency)
+
+
 def score_stream(
     samples: Sequence[Any],
     config: JudgeConfig,
@@ -169,11 +177,20 @@ def score_stream(
     records. ``on_plan(actors, gpus_per_actor)`` is called once the plan is known. Raises
     :class:`~capjudge.backends.lazy.BackendLoadError` when an actor cannot load the model.
     """
+    options = options or RayOptions()
+    maker = judge if judge is not None else config.build()  # records of lost samples; nothing loads
+    try:
+        yield from _stream(samples, config, options, maker, on_plan)
+    finally:
+        if judge is None:
+            maker.close()
+
+
+def _stream(samples: Sequence[Any], config: JudgeConfig, options: RayOptions, maker: Judge, on_plan: Callable[[int, float], None] | None) -> Iterator[tuple[int, ScoreResult]]:
     from capjudge.backends.lazy import BackendLoadError
     from capjudge.distributed.worker import lost_record
 
-    options = options or RayOptions()
-    units = list(plan_units(samples, config.batch_size))
+    units = list(plan_units(samples, unit_size(config, maker)))
     with connected(options) as ray:
         actors, gpus = plan_actors(ray, config, options)
         if on_plan is not None:
@@ -198,7 +215,6 @@ def score_stream(
                 yield index, pickle.loads(blob)
     lost = [i for i in range(len(samples)) if i not in seen]
     if lost:
-        maker = judge if judge is not None else config.build()
         message = (
             f"not judged: the Ray task that judged its batch failed {options.task_retries + 1} time(s) "
             "(an actor died or a node was lost: see the Ray logs); re-run the same command to resume"
@@ -280,7 +296,11 @@ def score_dataset(
     config = JudgeConfig.from_judge_args(method, backend, **judge_options)
     options = RayOptions(actors=actors, gpus_per_actor=gpus_per_actor, cpus_per_actor=cpus_per_actor, task_retries=task_retries)
     samples = [_sample_of({**row, "image": row.get(image_column)}) for row in ds.iter_rows()]
-    units = list(plan_units(samples, config.batch_size))
+    probe = config.build()
+    try:
+        units = list(plan_units(samples, unit_size(config, probe)))
+    finally:
+        probe.close()
     actors_n, gpus = plan_actors(ray, config, options)
     source = ray.data.from_items([{"unit": pickle.dumps(u)} for u in units], override_num_blocks=max(1, len(units)))
     judged = _judge_units(ray, source, config, actors_n, gpus, options, records=True)
@@ -298,4 +318,5 @@ __all__ = [
     "score_dataset",
     "score_list",
     "score_stream",
+    "unit_size",
 ]
