@@ -218,7 +218,7 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
     p.add_argument("--limit", type=int, default=None, help="judge only the first N rows")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
     api = p.add_argument_group("API judges (openai, azure, openai-compatible)")
-    api.add_argument("--concurrency", type=int, default=None, help="API requests in flight at once (default 8)")
+    api.add_argument("--concurrency", type=int, default=None, help="API requests in flight at once (default 8; with --ray, per actor)")
     api.add_argument("--max-cost", type=float, default=None, metavar="USD", help="stop before the run spends more than this; requests not sent become error records")
     api.add_argument("--prices", default=None, metavar="JSON", help="price overrides: JSON file of model -> {\"input\": USD/1M, \"output\": USD/1M}")
     api.add_argument("--detail", choices=("low", "high", "auto"), default=None, help="image detail for OpenAI models")

@@ -68,14 +68,21 @@ def ray_score_stream(args: argparse.Namespace, judge: Any, method: Any, judge_kw
                 console.print(line, markup=False, highlight=False)
         said.append(True)
 
-    def stream(rows: list[Any]) -> Iterator[tuple[int, Any]]:
-        reads = bool(getattr(judge.backend, "read", True))
-        try:
-            yield from score_stream(rows, config.with_cache_reads(reads), options, judge=judge, on_plan=announce)
-        except RayPlanError as exc:
-            raise UsageError(str(exc)) from None
+    opened: list[bool] = []
+    with contextlib.ExitStack() as session:
 
-    with connected(options):
+        def stream(rows: list[Any]) -> Iterator[tuple[int, Any]]:
+            if not rows:
+                return  # everything kept from --out: no Ray needed
+            if not opened:
+                session.enter_context(connected(options))  # one Ray session for the command
+                opened.append(True)
+            reads = bool(getattr(judge.backend, "read", True))
+            try:
+                yield from score_stream(rows, config.with_cache_reads(reads), options, judge=judge, on_plan=announce)
+            except RayPlanError as exc:
+                raise UsageError(str(exc)) from None
+
         yield stream
 
 
