@@ -179,6 +179,25 @@ def test_cli_score_ray_writes_the_same_results_file(ray_local, tmp_path: Path, c
 
 
 @pytest.mark.slow
+def test_openai_protocol_server_concurrency_is_per_actor(ray_local, monkeypatch: pytest.MonkeyPatch) -> None:
+    from capjudge.distributed import score_list
+    from openai_fake_server import running_server
+
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
+    samples = [s for s in _samples(16) if s["caption"].strip()]
+    with running_server(delay=0.2) as server:
+        spec = f"openai-compatible:{server.base_url}#fake-model"
+        single = _dicts(Judge("fleur", spec, backend_options={"concurrency": 2}).score_many(samples))
+        server.reset()
+        # units of whole image groups, at least 4 x concurrency = 8 samples: one per image here
+        many = _dicts(score_list(samples, "fleur", spec, actors=2, batch_size=4, backend_options={"concurrency": 2}))
+        assert server.max_concurrent <= 2 * 2  # actors x concurrency, never more
+        assert server.count == len(samples) - 1  # each sample asked once (the missing image never)
+    assert many == single
+    assert sum(1 for r in many if r["smoothed"]) == len(samples) - 1  # FLEUR smoothing from top_logprobs
+
+
+@pytest.mark.slow
 def test_score_dataset_returns_results_in_input_order(ray_local) -> None:
     from capjudge.distributed import score_dataset
     from capjudge.testing.ray_workers import scripted_caption_backend
