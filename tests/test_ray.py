@@ -179,11 +179,10 @@ def test_cli_score_ray_writes_the_same_results_file(ray_local, tmp_path: Path, c
 
 
 @pytest.mark.slow
-def test_openai_protocol_server_concurrency_is_per_actor(ray_local, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_openai_protocol_server_concurrency_is_per_actor(ray_local) -> None:
     from capjudge.distributed import score_list
     from openai_fake_server import running_server
 
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-test")
     samples = [s for s in _samples(16) if s["caption"].strip()]
     with running_server(delay=0.2) as server:
         spec = f"openai-compatible:{server.base_url}#fake-model"
