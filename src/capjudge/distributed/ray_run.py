@@ -143,7 +143,9 @@ def _judge_units(ray: Any, units: Any, config: JudgeConfig, actors: int, gpus: f
             fn_constructor_kwargs={"config": config, "records": records},
             batch_size=1,  # one unit (whole image groups) per call: a lost call loses one unit
             batch_format="numpy",
-            compute=ray.data.ActorPoolStrategy(size=actors),
+            # One unit at a time per actor: units queued on an actor that dies would fail with it
+            # and spend their retries on another unit's fault.
+            compute=ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1),
             num_gpus=gpus,
             num_cpus=options.cpus_per_actor,
             # A dead actor is restarted and its calls asked again, a bounded number of times (a
