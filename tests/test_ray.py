@@ -8,6 +8,7 @@ present, one model load per actor, and an actor that dies has its work redone.
 from __future__ import annotations
 
 import json
+import math
 import os
 from pathlib import Path
 
@@ -32,6 +33,17 @@ def _samples(n: int = 14) -> list[dict]:
 
 def _dicts(results) -> list[dict]:
     return [r.to_dict() for r in results]
+
+
+def _same(a, b, rel: float) -> bool:
+    """Equal records, floats to ``rel``."""
+    if isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=rel, abs_tol=1e-9)
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k], rel) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(_same(x, y, rel) for x, y in zip(a, b))
+    return a == b
 
 
 # ------------------------------------------------------------------ no Ray needed
@@ -117,24 +129,18 @@ def test_scripted_two_actors_equal_a_single_process_run_even_when_one_dies(ray_l
 @pytest.mark.slow
 @pytest.mark.hf
 def test_tiny_hf_model_one_load_per_actor(ray_local, tiny_llava_dir: Path, tmp_path: Path) -> None:
-    import torch
-
     from capjudge.distributed import score_list
     from capjudge.testing.ray_workers import CountingLoads
 
     samples = _samples(12)
     spec = f"hf:{tiny_llava_dir}"
-    # Ray runs a 1-CPU actor with one torch thread; float32 sums over another number of threads
-    # differ in the 7th digit, so the reference run uses one thread too (then records are equal).
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        single = _dicts(Judge("fleur", spec, batch_size=4).score_many(samples))
-    finally:
-        torch.set_num_threads(threads)
+    single = _dicts(Judge("fleur", spec, batch_size=4).score_many(samples))
     log = tmp_path / "loads.txt"
     many = _dicts(score_list(samples, "fleur", CountingLoads(spec, log), actors=2, batch_size=4))
-    assert many == single
+    # float32 on CPU: the last digits of a probability depend on the torch threads and on what
+    # the process computed before (one process judged the cats before the dog; an actor may not),
+    # ~1e-7 relative. Everything else is equal.
+    assert _same(many, single, rel=1e-5)
     assert sum(1 for r in many if r["status"] == "ok" and r["smoothed"]) == 10
     pids = log.read_text().split()
     assert 1 <= len(pids) <= 2 and len(set(pids)) == len(pids), f"loads per actor process: {pids}"
