@@ -167,7 +167,7 @@ def test_methods_lists_full_names_sources_and_decoding_when_piped() -> None:
     assert "https://aclanthology.org/2024.acl-long.205" in out and "seed 00" not in out
     rows = [json.loads(x) for x in subprocess.run([sys.executable, "-m", "capjudge.cli", "methods", "--json"], capture_output=True, text=True, env=env, check=True).stdout.splitlines()]
     fleur = next(r for r in rows if r["method"] == "fleur")
-    assert fleur["options"] == {"second_decimal": "official"} and fleur["scale"] == "0-1" and fleur["source_url"]
+    assert fleur["options"] == {"second_decimal": "official", "answer_form": "decimal"} and fleur["scale"] == "0-1" and fleur["source_url"]
 
 
 def test_method_option_on_the_command_line(tmp_path: Path) -> None:

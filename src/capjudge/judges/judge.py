@@ -98,8 +98,8 @@ class Judge:
     max_new_tokens:
         Override of the method's answer length.
     method_options:
-        Method options (:meth:`capjudge.prompts.Method.configure`): ``second_decimal`` for
-        FLEUR-style smoothing, ``no_number`` for the VisCE2 code's first-integer methods,
+        Method options (:meth:`capjudge.prompts.Method.configure`): ``second_decimal`` and
+        ``answer_form`` for FLEUR-style smoothing, ``no_number`` for the VisCE2 code's first-integer methods,
         ``temperature`` for any method.
     backend_options:
         Keyword options for :func:`capjudge.load_backend` when ``backend`` is a spec string.
@@ -280,10 +280,13 @@ class Judge:
         if self.method.parser == "fleur-code":
             return self._parse_fleur_code(prep, out, details)
         low, high = self.method.scale
-        parsed = parse_score_details(out.text, low=low, high=high)
+        form = self.method.options.get("answer_form", "decimal")
+        parsed = parse_score_details(out.text, low=low, high=high, answer_form=form)
         if self.method.smoothing:
             second = self.method.options.get("second_decimal", "official")
-            sm = smooth_from_steps(out.steps, expected=parsed.value, occurrence=_occurrence(out.text, parsed), second_decimal=second) if out.steps and parsed.value is not None else None
+            # A spaced score ("0 5") is the whole answer: the first one in the tokens.
+            occurrence = 0 if parsed.rule == "spaced" else _occurrence(out.text, parsed)
+            sm = smooth_from_steps(out.steps, expected=parsed.value, occurrence=occurrence, second_decimal=second, answer_form="spaced" if parsed.rule == "spaced" else "decimal") if out.steps and parsed.value is not None else None
             if sm is not None:
                 details["digit_probs"] = {"first": sm.first, "second": sm.second, "units": sm.units}
                 return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)

@@ -138,6 +138,7 @@ Parser = Literal["rules", "first-integer", "fleur-code"]
 OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "second_decimal": ("official", "printed"),
     "no_number": ("error", "zero"),
+    "answer_form": ("decimal", "spaced"),
 }
 """Method options with a fixed set of values (``temperature`` takes a number)."""
 
@@ -217,6 +218,10 @@ class Method:
         ``second_decimal`` (smoothing methods): ``"official"`` uses the second decimal only when
         the printed score has a non-zero digit after the first decimal, as FLEUR's code does
         (``0.80`` counts as ``0.8``); ``"printed"`` uses it whenever a second digit is printed.
+        ``answer_form`` (smoothing methods read by capjudge's rules): ``"decimal"`` reads ``0.5``
+        and records an answer of spaced digits (``0 5``) as an error that names this option;
+        ``"spaced"`` also reads ``0 5`` as 0.5, MiniGPT-v2's form (the FLEUR paper, Sec. 5.4), and
+        smooths the digit after the space.
         ``no_number`` (``first-integer`` methods): ``"error"`` records an answer without a number
         as an error; ``"zero"`` scores it 0 as VisCE2's code does (the record says so).
         ``temperature``: decoding temperature of both steps (0: greedy).
@@ -304,7 +309,7 @@ _VISCE2_CODE: dict[str, Any] = dict(
     normalize_caption=False,
     options={"no_number": "error"},
 )
-_FLEUR: dict[str, Any] = dict(scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, options={"second_decimal": "official"})
+_FLEUR: dict[str, Any] = dict(scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, options={"second_decimal": "official", "answer_form": "decimal"})
 # The FLEUR code (fleur.py, reffleur.py): greedy, up to 512 new tokens, every digit and dot of the
 # answer read as one number, digit tokens found by searching the generated ids.
 _FLEUR_CODE: dict[str, Any] = dict(_FLEUR, max_new_tokens=512, parser="fleur-code", source="fleur-code", options={})
