@@ -47,7 +47,7 @@ def test_corpus_is_large_and_mixed() -> None:
     sources = {row.get("source") for row in CORPUS}
     assert len(CORPUS) >= 100
     assert kinds == {"score", "verdict", "list"}
-    assert {"visce2", "fleur", "clair", "mtbench", "llava", "gpt4v", "vicuna", "minigpt"} <= sources
+    assert {"visce2", "fleur", "clair", "mtbench", "llava", "gpt4v", "vicuna", "minigpt", "llava-critic"} <= sources
 
 
 @pytest.mark.parametrize("row", CORPUS, ids=[_case_id(i, r) for i, r in enumerate(CORPUS)])
