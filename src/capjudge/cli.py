@@ -97,6 +97,13 @@ def _method_with_template(method_name: str, template: str | None, template_file:
 def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
     """``--backend-opt`` pairs plus the API flags (``--concurrency`` ...), checked for the kind."""
     options = _parse_options(args.backend_opt)
+    if getattr(args, "judge", None):
+        from capjudge.backends.presets import UnknownPresetError, preset_options
+
+        try:
+            options = {**preset_options(args.backend.split(":", 1)[0], args.judge), **options}
+        except (UnknownPresetError, ValueError) as exc:
+            raise UsageError(f"--judge {args.judge}: {exc}") from None
     api_flags = {k: getattr(args, k, None) for k in ("concurrency", "max_cost", "prices", "detail")}
     api_flags = {k: v for k, v in api_flags.items() if v is not None}
     if api_flags:
@@ -208,7 +215,8 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
     p.add_argument("--images", default=None, help="folder that relative image paths are resolved against")
     p.add_argument("--template", default=None, help="run the method with another registered template")
     p.add_argument("--template-file", default=None, help="run the method with your own Jinja template file (sandboxed)")
-    p.add_argument("--system", default="auto", help="system turn: auto (paper default for local LLaVA), none, llava_v1, or your own sentence")
+    p.add_argument("--judge", default=None, metavar="PRESET", help="judge preset of a local model: how its family is prompted (see `capjudge judges`); hf: models choose it from their config when omitted; explicit --backend-opt settings win")
+    p.add_argument("--system", default="auto", help="system turn: auto (the judge preset's: the paper's sentence for LLaVA-1.5, the model's own default otherwise), none, llava_v1, or your own sentence")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override the method's answer length (tokens)")
     p.add_argument("--method-option", action="append", metavar="KEY=VALUE", help="method option, repeatable: second_decimal=official|printed (FLEUR smoothing), no_number=error|zero (VisCE2 *-code), temperature=T")
     p.add_argument("--batch-size", type=int, default=64, help="samples handed to the backend together (default 64)")
@@ -583,6 +591,34 @@ def _cmd_methods(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------------------- judges
+def _cmd_judges(args: argparse.Namespace) -> int:
+    import json
+
+    from capjudge.backends.presets import METHOD_SYSTEM, list_presets
+
+    presets = list_presets()
+    if args.json:
+        for preset in presets:
+            print(json.dumps(preset.as_row(), ensure_ascii=False))
+        return EXIT_OK
+    # Plain lines, never shortened (as `capjudge methods`).
+    width = max(len(p.name) for p in presets)
+    for p in presets:
+        system = {METHOD_SYSTEM: "method's sentence", None: "model's default"}.get(p.default_system, repr(p.default_system))
+        print(f"{p.name:<{width}}  {p.family}")
+        pad = " " * (width + 2)
+        print(f"{pad}chosen for: {p.detected_by or 'model_type ' + ', '.join(p.model_types)}; backends: {', '.join(p.backends)}")
+        print(f"{pad}chat {p.chat_format}, system {p.system_policy} ({system}), images {p.image_tokens}, pad_square {str(p.pad_square).lower()}, GPU dtype {p.dtype}")
+        if p.notes:
+            print(f"{pad}{p.notes}")
+    print()
+    print("hf: models choose their preset from config.json (model_type) unless --judge names one; --backend-opt")
+    print("chat_format=, system_policy=, pad_square=, dtype= override single settings. API servers apply the")
+    print("model's own chat template: presets do not apply to them.")
+    return EXIT_OK
+
+
 # ----------------------------------------------------------------------------------------- demo
 def _cmd_demo(args: argparse.Namespace) -> int:
     from capjudge.demo import run_demo
@@ -640,6 +676,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("methods", help="list the judging methods: source, decoding, parsing, options")
     p.add_argument("--json", action="store_true", help="one JSON object per method")
     p.set_defaults(func=_cmd_methods)
+
+    p = sub.add_parser("judges", help="list the judge presets: chat format, system policy, image tokens, padding, dtype, backends")
+    p.add_argument("--json", action="store_true", help="one JSON object per preset")
+    p.set_defaults(func=_cmd_judges)
 
     p = sub.add_parser("demo", help="run the full pipeline on the bundled example images")
     p.add_argument("--backend", default=None, help="a real backend to use (default: a tiny random model built offline; its scores are meaningless)")

@@ -66,6 +66,8 @@ class JudgePreset:
     examples: tuple[str, ...] = ()
     notes: str = ""
     aliases: tuple[str, ...] = field(default_factory=tuple)
+    detected_by: str = ""
+    """How ``preset=auto`` recognises the family when its ``model_type`` is shared with another."""
 
     def system_for(self, method_system: str | None) -> str | None:
         """The system text of a judge whose ``system`` is ``"auto"``, given the method's sentence."""
@@ -77,6 +79,7 @@ class JudgePreset:
             "judge": self.name,
             "family": self.family,
             "model_types": list(self.model_types),
+            "detected_by": self.detected_by or None,
             "chat_format": self.chat_format,
             "system_policy": self.system_policy,
             "default_system": self.default_system,
@@ -112,9 +115,9 @@ _PRESETS: tuple[JudgePreset, ...] = (
     JudgePreset(
         "llava-critic", "LLaVA-Critic", (), "template", "keep", "template", False, "float16", QWEN_DEFAULT_SYSTEM,
         examples=("a llava-hf (transformers) conversion of lmms-lab/llava-critic-7b",),
-        notes="LLaVA-OneVision trained to judge; chosen for llava_onevision models whose name contains 'critic'; "
-        "system turn of its qwen_1_5 conversation; pair with methods llava-critic-pointwise / llava-critic-pairwise",
-        aliases=("critic",),
+        notes="LLaVA-OneVision trained to judge; system turn of its qwen_1_5 conversation; "
+        "pair with methods llava-critic-pointwise / llava-critic-pairwise",
+        aliases=("critic",), detected_by="model_type llava_onevision and 'critic' in the model's name",
     ),
     JudgePreset(
         "qwen2-vl", "Qwen2-VL", ("qwen2_vl",), "template", "keep", "template", False, "bfloat16",
@@ -152,7 +155,8 @@ _PRESETS: tuple[JudgePreset, ...] = (
     ),
     JudgePreset(
         "pixtral", "Pixtral (llava-style HF conversion)", (), "template", "keep", "template", False, "bfloat16",
-        examples=("mistral-community/pixtral-12b",), notes="model_type llava with a pixtral vision tower: chosen from vision_config",
+        examples=("mistral-community/pixtral-12b",), notes="the llava-style conversion of Pixtral-12B",
+        detected_by="model_type llava with vision_config.model_type pixtral",
     ),
     JudgePreset(
         "paligemma", "PaliGemma", ("paligemma",), "plain", "fold", "prefix", False, "bfloat16",
