@@ -69,7 +69,7 @@ def test_the_table_states_each_familys_settings() -> None:
         assert p.chat_format == "template" and not p.pad_square and p.image_tokens == "template", name
         assert p.system_for(LLAVA_V1_SYSTEM) is None, name  # LLaVA's sentence is not theirs
         assert p.backends == ("hf",), name
-    assert PRESETS["gemma3"].system_policy == "fold" and PRESETS["gemma3"].dtype == "bfloat16"
+    assert PRESETS["gemma3"].system_policy == "keep" and PRESETS["gemma3"].dtype == "bfloat16"  # its template folds
     pali = PRESETS["paligemma"]
     assert (pali.chat_format, pali.system_policy, pali.image_tokens) == ("plain", "fold", "prefix")
     assert PRESETS["llava-critic"].system_for(LLAVA_V1_SYSTEM) == "You are a helpful assistant."
@@ -92,8 +92,8 @@ def test_resolve_explicit_options_win_over_the_preset() -> None:
     assert (r.preset, r.chat_format, r.pad_square, r.system_policy, r.dtype, r.source) == ("qwen2.5-vl", "template", False, "keep", "bfloat16", "config")
     r = resolve("m", config=qwen, chat_format="llava", pad_square=True, system_policy="fold")
     assert (r.preset, r.chat_format, r.pad_square, r.system_policy) == ("qwen2.5-vl", "llava", True, "fold")
-    r = resolve("m", preset="gemma3", config=qwen)  # a named preset beats the config
-    assert (r.preset, r.system_policy, r.source) == ("gemma3", "fold", "explicit")
+    r = resolve("m", preset="paligemma", config=qwen)  # a named preset beats the config
+    assert (r.preset, r.chat_format, r.system_policy, r.source) == ("paligemma", "plain", "fold", "explicit")
     r = resolve("m", config={"model_type": "blip-2"})
     assert (r.preset, r.chat_format, r.pad_square, r.source) == (GENERIC.name, "template", False, "default")
     assert resolve("m", config=None).preset == GENERIC.name
@@ -168,8 +168,8 @@ def test_qwen25_hub_id_just_works_offline_from_its_cached_config(tmp_path: Path,
     assert isinstance(backend, LazyBackend) and not backend.loaded  # nothing but config.json was read
     explicit = load_backend(f"hf:{repo}?chat_format=llava&pad_square=true", lazy=True, local_files_only=True).identity()
     assert (explicit["preset"], explicit["chat_format"], explicit["pad_square"]) == ("qwen2.5-vl", "llava", True)
-    gemma = load_backend(f"hf:{repo}", lazy=True, local_files_only=True, preset="gemma3").identity()
-    assert (gemma["preset"], gemma["system_policy"]) == ("gemma3", "fold")
+    pali = load_backend(f"hf:{repo}", lazy=True, local_files_only=True, preset="paligemma").identity()
+    assert (pali["preset"], pali["chat_format"], pali["system_policy"]) == ("paligemma", "plain", "fold")
 
 
 @pytest.mark.hf
@@ -204,7 +204,7 @@ def test_cli_judge_flag_and_listing(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     for name in PRESETS:
         assert name in out
-    assert "chat template, system fold" in out and "GPU dtype bfloat16" in out
+    assert "chat plain, system fold" in out and "GPU dtype bfloat16" in out
     assert main(["judges", "--json"]) == 0
     rows = [json.loads(x) for x in capsys.readouterr().out.splitlines()]
     assert [r["judge"] for r in rows] == list(PRESETS)
@@ -241,14 +241,30 @@ def test_a_named_preset_changes_format_padding_and_system_on_the_tiny_llava(tiny
         assert be.prepare_image(img).size == img.pil().size  # not padded to a square
         msgs = (Message("system", "Be strict."), Message("user", "Rate it.", images=(img,)))
         assert be.format_prompt(msgs) == "Be strict. USER: <image>\nRate it. ASSISTANT:"  # the model's own template
+        # A template that raises on a system role: the text is folded before the user's, once logged.
+        template = be.processor.chat_template
+        be.processor.chat_template = "{% if messages[0]['role'] == 'system' %}{{ raise_exception('System role not supported') }}{% endif %}" + template
+        assert be.format_prompt(msgs) == "USER: <image>\nBe strict.\n\nRate it. ASSISTANT:"
+        be.processor.chat_template = template
     finally:
         be.close()
-    folded = HFBackend(str(tiny_llava_dir), preset="gemma3", chat_format="llava")  # explicit chat_format wins
+    folded = HFBackend(str(tiny_llava_dir), preset="paligemma", chat_format="llava")  # explicit chat_format wins
     try:
         assert (folded.chat_format, folded.system_policy) == ("llava", "fold")
         assert folded.format_prompt((Message("system", "Be strict."), Message("user", "Rate it."))) == "USER: Be strict.\n\nRate it. ASSISTANT:"
     finally:
         folded.close()
+    plain = HFBackend(str(tiny_llava_dir), preset="paligemma")  # no chat: image tokens, then the text
+    try:
+        img = load_image(example_images[1])
+        msgs = (Message("system", "Be strict."), Message("user", "Rate it.", images=(img,)))
+        assert plain.format_prompt(msgs) == "<image>Be strict.\n\nRate it."
+        from capjudge.backends.base import GenerationConfig, Request
+
+        (out,) = plain.generate([Request(msgs, GenerationConfig(max_new_tokens=4, top_logprobs=5))])
+        assert not isinstance(out, BaseException) and out.usage is not None and out.usage.prompt_tokens > 576
+    finally:
+        plain.close()
     with Judge("fleur", f"hf:{tiny_llava_dir}", preset="llava-critic") as judge:
         assert judge.system == "You are a helpful assistant." and judge.judge_preset == "llava-critic"
         r = judge.score(Sample(example_images[0], "two cats lying together"))

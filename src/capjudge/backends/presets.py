@@ -7,9 +7,11 @@ LLaVA-1.5:
 - ``chat_format``: ``llava`` (LLaVA-1.5's own ``llava_v1`` conversation, as FLEUR's and VisCE2's
   code build it), ``template`` (the processor's chat template) or ``plain`` (no chat at all: the
   prompt text after the image, as PaliGemma takes it);
-- ``system_policy``: ``keep`` (a system turn is sent as such), ``fold`` (the system text is put
-  before the first user turn's text: for templates that reject or fold a system turn themselves,
-  such as Gemma 3's, and for models without a chat, such as PaliGemma);
+- ``system_policy``: ``keep`` (a system turn is sent as such: LLaVA's conversation and most
+  templates take it, Gemma 3's folds it into the first user turn itself; a template that raises
+  on a system role gets the text folded as below, logged once), ``fold`` (the system text is put
+  before the first user turn's text, a blank line between: for models without a chat, such as
+  PaliGemma);
 - ``default_system``: the system text used when the judge's ``system`` is ``"auto"``: the
   method's paper sentence (:data:`METHOD_SYSTEM`, LLaVA-1.5 only: the papers' code used it with
   LLaVA), a fixed text (LLaVA-Critic's ``qwen_1_5`` conversation), or none (the model's own
@@ -133,9 +135,10 @@ _PRESETS: tuple[JudgePreset, ...] = (
         examples=("Qwen/Qwen3-VL-8B-Instruct",), notes="dynamic resolution (image grid)",
     ),
     JudgePreset(
-        "gemma3", "Gemma 3", ("gemma3",), "template", "fold", "template", False, "bfloat16",
+        "gemma3", "Gemma 3", ("gemma3",), "template", "keep", "template", False, "bfloat16",
         examples=("google/gemma-3-4b-it", "google/gemma-3-27b-it"),
-        notes="no system role: a system text goes before the first user turn's text; float16 overflows",
+        notes="no system role of its own: its template folds a system turn into the first user turn (before the image); "
+        "float16 overflows",
         aliases=("gemma-3",),
     ),
     JudgePreset(

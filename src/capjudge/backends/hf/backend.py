@@ -15,7 +15,8 @@ chat template instead (other model families), ``chat_format="plain"`` the prompt
 image (PaliGemma). With ``pad_square`` (LLaVA-1.5) images are padded to a square with the image
 processor's mean colour, as LLaVA-1.5 does (``--image-aspect-ratio pad``), before the processor's
 resize and centre crop. ``system_policy="fold"`` puts a system text before the first user turn's
-text, for templates without a system role (Gemma 3) and for models without a chat (PaliGemma).
+text, for models without a chat (PaliGemma); with ``keep``, a chat template that raises on a
+system turn gets it folded the same way (logged once).
 """
 
 from __future__ import annotations
@@ -135,6 +136,7 @@ class HFBackend(Backend):
         self.pad_square = self.settings.pad_square
         self.chat_format = self.settings.chat_format
         self.system_policy = self.settings.system_policy
+        self._warned_fold = False
         self.prefix_reuse = as_bool(prefix_reuse, "prefix_reuse")
         kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
         if not Path(model).is_dir() and local_files_only and Path(model).suffix:
@@ -229,13 +231,26 @@ class HFBackend(Backend):
         if self.chat_format == "plain":
             return render_plain(messages, getattr(self.processor, "image_token", None) or "<image>")
         if self.chat_format == "template":
-            conv = []
-            for m in messages:
-                content: list[dict[str, Any]] = [{"type": "image"} for _ in m.images]
-                content.append({"type": "text", "text": m.content})
-                conv.append({"role": m.role, "content": content})
-            return self.processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+            try:
+                return self._apply_template(messages)
+            except Exception as exc:
+                if not any(m.role == "system" for m in messages):
+                    raise
+                # A template without a system role (it raises on one): the text goes before the
+                # first user turn's, as a "fold" policy puts it; said once per backend.
+                if not self._warned_fold:
+                    self._warned_fold = True
+                    log.warning("%s: the chat template rejects a system turn (%s); its text goes before the first user turn", self.model, exc)
+                return self._apply_template(fold_system(messages))
         return render_llava_v1(messages, "<image>", self.tokenizer.eos_token or "</s>")
+
+    def _apply_template(self, messages: Sequence[Message]) -> str:
+        conv = []
+        for m in messages:
+            content: list[dict[str, Any]] = [{"type": "image"} for _ in m.images]
+            content.append({"type": "text", "text": m.content})
+            conv.append({"role": m.role, "content": content})
+        return str(self.processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False))
 
     def prepare_image(self, request_image: Any) -> Any:
         """The PIL image the processor receives (padded to a square with the mean colour)."""
