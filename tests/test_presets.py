@@ -272,3 +272,24 @@ def test_a_named_preset_changes_format_padding_and_system_on_the_tiny_llava(tiny
         assert r.ok or r.error
     with Judge("fleur", f"hf:{tiny_llava_dir}", preset="qwen2.5-vl", system=None) as judge:
         assert judge.system is None and judge.backend.identity()["preset"] == "qwen2.5-vl"
+
+
+def test_docs_tables_name_every_preset_and_method() -> None:
+    """The judge-preset table in docs/backends.md and the method tables of docs/methods.md and the
+    README list what the registries hold."""
+    from capjudge.prompts import list_methods
+
+    root = Path(__file__).resolve().parents[1]
+    backends = (root / "docs" / "backends.md").read_text(encoding="utf-8")
+    table = backends[backends.index("| `--judge` |") :].split("\n\n")[0]
+    for name in PRESETS:
+        assert f"`{name}`" in table, name
+    methods = (root / "docs" / "methods.md").read_text(encoding="utf-8")
+    mtable = methods[methods.index("| method | source |") :].split("\n\n")[0]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    rtable = readme[readme.index("| method | source |") :].split("\n\n")[0]
+    for name in list_methods():
+        if name.endswith("-hardened"):
+            continue  # opt-in variants: named in the README's table and in the text of methods.md
+        assert f"`{name}`" in mtable, name
+        assert f"`{name}`" in rtable, name
