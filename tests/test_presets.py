@@ -132,6 +132,8 @@ def test_fold_system_and_plain_rendering() -> None:
     assert folded[0].content == "Be strict.\n\nRate it." and folded[2].content == "Why?"
     assert fold_system(msgs[1:]) == list(msgs[1:])
     assert render_plain(folded, "<image>") == "Be strict.\n\nRate it.\n0.5\nWhy?"  # no image: no image token
+    # a caption holding the image token cannot stand for an image
+    assert render_plain([Message("user", "a <image> cat")], "<image>") == "a < image> cat"
 
 
 # ---------------------------------------------------------------- config read before any processor

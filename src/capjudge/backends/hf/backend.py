@@ -245,10 +245,11 @@ class HFBackend(Backend):
         return render_llava_v1(messages, "<image>", self.tokenizer.eos_token or "</s>")
 
     def _apply_template(self, messages: Sequence[Message]) -> str:
+        marker = getattr(self.processor, "image_token", None)
         conv = []
         for m in messages:
             content: list[dict[str, Any]] = [{"type": "image"} for _ in m.images]
-            content.append({"type": "text", "text": m.content})
+            content.append({"type": "text", "text": defuse(m.content, marker)})
             conv.append({"role": m.role, "content": content})
         return str(self.processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False))
 
@@ -552,8 +553,16 @@ def render_plain(messages: Sequence[Message], image_token: str) -> str:
     """The prompt of a model without a chat (PaliGemma): one image token per image, then the
     turns' texts, one per line (the processor adds the BOS after the images and the final newline)."""
     images = sum(len(m.images) for m in messages)
-    text = "\n".join(m.content for m in messages if m.role != "system")
+    text = "\n".join(defuse(m.content, image_token) for m in messages if m.role != "system")
     return image_token * images + text
+
+
+def defuse(text: str, image_token: str | None) -> str:
+    """``text`` with any literal image token broken up, so that a caption cannot stand for an image
+    (the processor would expand it and fail, or misplace the real one)."""
+    if not image_token or image_token not in text:
+        return text
+    return text.replace(image_token, image_token[:1] + " " + image_token[1:])
 
 def _local_only(model: str, local_files_only: bool | None) -> bool:
     """Read local files only: as asked, else when ``HF_HUB_OFFLINE`` is set or the model is a folder."""
