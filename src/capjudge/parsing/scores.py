@@ -68,7 +68,7 @@ class ScoreParse:
 
     ``value`` is the score on the requested scale (``None`` on failure); ``rule`` names the rule
     that decided (``json_key``, ``double_brackets``, ``final_label``, ``label``, ``number_line``,
-    ``trailing``, ``fraction``, ``number``; ``None`` when nothing matched); ``span`` and ``matched`` locate the
+    ``trailing``, ``fraction``, ``number``, ``spaced``; ``None`` when nothing matched); ``span`` and ``matched`` locate the
     number in the cleaned text (Markdown and special tokens removed); ``reason`` says why
     ``value`` is ``None`` (``"empty answer"``, ``"no number"``, ``"out of range: 150"``,
     ``"negative number: -5"``, ...).
