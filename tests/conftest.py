@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +26,27 @@ def tiny_llava_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from capjudge.testing.tiny_llava import build_tiny_llava
 
     return build_tiny_llava(tmp_path_factory.mktemp("tiny-llava"))
+
+
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
+    """``tiny_vlm(arch)``: the folder of a tiny random model of that architecture (see
+    capjudge.testing.tiny_vlm), built once per session. Skips, with the reason, where the
+    architecture needs torchvision and it cannot be imported (``make test`` installs it)."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from capjudge.testing.tiny_vlm import build_tiny_vlm, needs_torchvision
+
+    built: dict[str, Path] = {}
+
+    def get(arch: str) -> Path:
+        if arch not in built:
+            if needs_torchvision(arch):
+                pytest.importorskip("torchvision", reason=f"the {arch} processor needs torchvision (make test installs it)")
+            built[arch] = build_tiny_vlm(arch, tmp_path_factory.mktemp(f"tiny-{arch}"))
+        return built[arch]
+
+    return get
 
 
 @pytest.fixture(scope="session")

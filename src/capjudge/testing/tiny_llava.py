@@ -17,7 +17,9 @@ Its scores mean nothing. It is for tests, the offline demo and speed benchmarks.
 from __future__ import annotations
 
 import random
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 OPENAI_CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)
 OPENAI_CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
@@ -55,10 +57,25 @@ def _corpus(seed: int) -> list[str]:
     return texts
 
 
-def build_tokenizer(seed: int = 0, vocab_size: int = 600):
+def build_tokenizer(
+    seed: int = 0,
+    vocab_size: int = 600,
+    *,
+    extra_special_tokens: Sequence[str] = (),
+    extra_words: Sequence[str] = (),
+    eos_token: str = "</s>",
+    add_bos: bool = True,
+    named_tokens: Mapping[str, str] | None = None,
+):
     """A BPE tokenizer (SentencePiece-style ``▁`` spaces, digits and punctuation split one by one)
     wrapped as a ``PreTrainedTokenizerFast`` with ``<s>``, ``</s>``, ``<unk>``, ``<pad>``,
-    ``<image>``, the trigger word and ``Answer`` as single tokens; pads on the left."""
+    ``<image>``, the trigger word and ``Answer`` as single tokens; pads on the left.
+
+    The keyword arguments serve other model families (:mod:`capjudge.testing.tiny_vlm`): more
+    special tokens (``<|im_start|>``...) and plain words kept whole, another end-of-sequence token,
+    no ``<s>`` added in front (Qwen-style), and named special tokens that processors read as
+    tokenizer attributes (``{"boi_token": "<start_of_image>"}``). The defaults give the tokenizer
+    of the tiny LLaVA unchanged."""
     from tokenizers import (
         AddedToken,
         Tokenizer,
@@ -85,16 +102,24 @@ def build_tokenizer(seed: int = 0, vocab_size: int = 600):
     tok.train_from_iterator(_corpus(seed), trainer=trainer)
     tok.add_special_tokens([AddedToken(s, normalized=False, special=True) for s in specials])
     tok.add_tokens([AddedToken(TRIGGER_WORD, normalized=False), AddedToken(PAIR_WORD, normalized=False)])
+    extra = [t for t in dict.fromkeys([eos_token, *extra_special_tokens, *(named_tokens or {}).values()]) if tok.token_to_id(t) is None]
+    if extra:
+        tok.add_special_tokens([AddedToken(t, normalized=False, special=True) for t in extra])
+    if extra_words:
+        tok.add_tokens([AddedToken(w, normalized=False) for w in extra_words])
     bos = tok.token_to_id("<s>")
-    tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)])
+    if add_bos:
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B", special_tokens=[("<s>", bos)])
+    kwargs: dict[str, Any] = {"extra_special_tokens": dict(named_tokens)} if named_tokens else {}
     fast = PreTrainedTokenizerFast(
         tokenizer_object=tok,
         bos_token="<s>",
-        eos_token="</s>",
+        eos_token=eos_token,
         unk_token="<unk>",
         pad_token="<pad>",
         padding_side="left",
         model_max_length=4096,
+        **kwargs,
     )
     return fast
 
