@@ -242,7 +242,7 @@ def _qwen_image_processor(patch: int) -> Any:
 _QWEN_TOKENS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
 
 
-def _qwen_ids(tok: Any) -> dict[str, int]:
+def _qwen_ids(tok: Any) -> dict[str, Any]:
     image, video, start, end = _ids(tok, "<|image_pad|>", "<|video_pad|>", "<|vision_start|>", "<|vision_end|>")
     return {"image_token_id": image, "video_token_id": video, "vision_start_token_id": start, "vision_end_token_id": end}
 
@@ -357,7 +357,7 @@ def _make_paligemma(tok: Any, seed: int) -> tuple[Any, Any]:
     tokens = (size // patch) ** 2
     text = GemmaConfig(**_text_kwargs(tok, head_dim=TEXT["hidden"] // TEXT["heads"], vocab_size=len(tok) + 1152)).to_dict()
     ip = SiglipImageProcessorPil(size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
-    ip.image_seq_length = tokens
+    ip.image_seq_length = tokens  # PaliGemmaProcessor reads it from the image processor
     proc = PaliGemmaProcessor(image_processor=ip, tokenizer=tok, chat_template=PALIGEMMA_TEMPLATE)
     # The processor adds 1,152 <loc>/<seg> tokens to the tokenizer: size the vocabulary after it.
     text["vocab_size"] = len(proc.tokenizer)
