@@ -295,3 +295,49 @@ def test_docs_tables_name_every_preset_and_method() -> None:
             continue  # opt-in variants: named in the README's table and in the text of methods.md
         assert f"`{name}`" in mtable, name
         assert f"`{name}`" in rtable, name
+
+
+# ---------------------------------------------------------------- every architecture (capjudge.testing.tiny_vlm)
+TINY_PRESET = {
+    "llava": "llava-1.5", "llava_next": "llava-next", "llava_onevision": "llava-onevision", "qwen2_vl": "qwen2-vl",
+    "qwen2_5_vl": "qwen2.5-vl", "qwen3_vl": "qwen3-vl", "gemma3": "gemma3", "idefics3": "idefics3",
+    "internvl": "internvl", "mistral3": "mistral3", "paligemma": "paligemma",
+}
+
+
+def test_every_tiny_architecture_has_a_preset() -> None:
+    from capjudge.testing.tiny_vlm import ARCHITECTURES
+
+    assert set(ARCHITECTURES) == set(TINY_PRESET)
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+@pytest.mark.parametrize("arch", sorted(TINY_PRESET))
+def test_auto_preset_on_each_architecture(tiny_vlm, example_images, arch: str) -> None:
+    """``hf:<folder>`` with nothing else: the preset comes from the folder's config, the prompt is
+    the family's (its chat template, or PaliGemma's plain text; LLaVA-1.5's sentence only for
+    LLaVA-1.5), and FLEUR scores and smooths through it."""
+    from capjudge import Judge, Sample
+    from capjudge.backends.base import Message
+
+    folder = tiny_vlm(arch)
+    expected = PRESETS[TINY_PRESET[arch]]
+    with Judge("fleur", f"hf:{folder}") as judge:
+        assert judge.judge_preset == expected.name
+        assert judge.system == (LLAVA_V1_SYSTEM if arch == "llava" else None)
+        r = judge.score(Sample(example_images[0], "two cats lying on a blanket"))
+        assert r.details["judge_preset"] == expected.name
+        assert r.ok and r.smoothed and 0.0 <= (r.score or 0.0) <= 1.0, r.error
+        be = judge.backend.load()
+        assert (be.chat_format, be.pad_square, be.system_policy) == (expected.chat_format, expected.pad_square, expected.system_policy)
+        img = judge._prepare(0, Sample(example_images[0], "x")).image
+        prompt = be.format_prompt((Message("system", "Be strict."), Message("user", "Rate it.", images=(img,))))
+        assert "Rate it." in prompt
+        # (The tiny Gemma 3 template sets its folded system text inside the loop, where Jinja's
+        # scoping loses it; Gemma 3's own template sets it before the loop and keeps it.)
+        if arch != "gemma3":
+            assert "Be strict." in prompt
+        if arch == "paligemma":
+            assert prompt == "<image>Be strict.\n\nRate it."
+        assert judge.backend.identity()["preset"] == expected.name
