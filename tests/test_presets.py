@@ -68,7 +68,7 @@ def test_the_table_states_each_familys_settings() -> None:
         p = PRESETS[name]
         assert p.chat_format == "template" and not p.pad_square and p.image_tokens == "template", name
         assert p.system_for(LLAVA_V1_SYSTEM) is None, name  # LLaVA's sentence is not theirs
-        assert p.backends == ("hf",), name
+        assert p.backends == (("hf",) if name == "llava-onevision" else ("hf", "llamacpp")), name  # libmtmd's families
     assert PRESETS["gemma3"].system_policy == "keep" and PRESETS["gemma3"].dtype == "bfloat16"  # its template folds
     pali = PRESETS["paligemma"]
     assert (pali.chat_format, pali.system_policy, pali.image_tokens) == ("plain", "fold", "prefix")
@@ -108,9 +108,11 @@ def test_authors_format_checkpoints_are_refused_with_the_conversion_to_use() -> 
 def test_preset_options_per_backend_kind() -> None:
     assert preset_options("hf", "qwen2.5-vl") == {"preset": "qwen2.5-vl"}
     assert preset_options("hf", "auto") == {"preset": "auto"}
-    assert preset_options("llamacpp", "llava-1.5") == {}
-    with pytest.raises(ValueError, match="renders LLaVA-1.5"):
-        preset_options("llamacpp", "gemma3")
+    assert preset_options("llamacpp", "llava-1.5") == {"prompt_format": "llava_v1"}
+    assert preset_options("llamacpp", "qwen2.5-vl") == {"prompt_format": "chat_template"}
+    assert preset_options("llamacpp", "auto") == {}
+    with pytest.raises(ValueError, match="libmtmd runs: llava-1.5, llava-next, qwen2-vl"):
+        preset_options("llamacpp", "paligemma")
     with pytest.raises(ValueError, match="own chat template"):
         preset_options("openai-compatible", "qwen2.5-vl")
     with pytest.raises(UnknownPresetError):
@@ -121,6 +123,10 @@ def test_preset_of_an_identity() -> None:
     assert preset_of({"preset": "gemma3"}) is PRESETS["gemma3"]
     assert preset_of({"preset": "generic"}) is GENERIC
     assert preset_of({"kind": "scripted"}) is None
+    # llama.cpp: the prompt format it chose from the GGUF headers, or the preset asked for
+    assert preset_of({"kind": "llamacpp", "prompt_format": "llava_v1"}) is PRESETS["llava-1.5"]
+    assert preset_of({"kind": "llamacpp", "prompt_format": "chat_template"}) is GENERIC
+    assert preset_of({"kind": "llamacpp", "prompt_format": "chat_template"}, "llava-critic") is PRESETS["llava-critic"]
 
 
 def test_fold_system_and_plain_rendering() -> None:
@@ -341,3 +347,30 @@ def test_auto_preset_on_each_architecture(tiny_vlm, example_images, arch: str) -
         if arch == "paligemma":
             assert prompt == "<image>Be strict.\n\nRate it."
         assert judge.backend.identity()["preset"] == expected.name
+
+
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_gguf_families_get_their_own_system_default(tmp_path: Path, example_images) -> None:
+    """llama.cpp picks its prompt format from the GGUF headers; the judge follows it: LLaVA's
+    system sentence for a LLaVA-1.5 GGUF, none for a Qwen2.5-VL GGUF and its chat template (the
+    tiny Qwen's answers mean nothing); --judge maps to the backend's prompt_format."""
+    pytest.importorskip("llama_cpp")
+    from capjudge import Judge, Sample
+    from capjudge.testing.tiny_gguf import build_tiny_llava_gguf
+    from capjudge.testing.tiny_gguf_qwen import build_tiny_qwen25vl_gguf
+
+    model, mmproj = build_tiny_qwen25vl_gguf(tmp_path / "qwen")
+    spec = f"llamacpp:{model}?mmproj={mmproj}&n_ctx=1024&n_threads=2"
+    with Judge("fleur", spec) as judge:
+        assert judge.judge_preset == GENERIC.name and judge.system is None
+        r = judge.score(Sample(example_images[0], "two cats"))
+        assert r.details["judge_preset"] == GENERIC.name
+    with Judge("fleur", spec, preset="qwen2.5-vl") as judge:
+        assert judge.judge_preset == "qwen2.5-vl" and judge.system is None
+        assert judge.backend.identity()["prompt_format"] == "chat_template"
+    with pytest.raises(ValueError, match="does not apply to the llamacpp backend"):
+        Judge("fleur", spec, preset="paligemma")
+    lmodel, lproj = build_tiny_llava_gguf(tmp_path / "llava")
+    with Judge("fleur", f"llamacpp:{lmodel}?mmproj={lproj}&n_ctx=1024&n_threads=2") as judge:
+        assert judge.judge_preset == "llava-1.5" and judge.system == LLAVA_V1_SYSTEM

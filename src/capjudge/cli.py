@@ -614,8 +614,9 @@ def _cmd_judges(args: argparse.Namespace) -> int:
             print(f"{pad}{p.notes}")
     print()
     print("hf: models choose their preset from config.json (model_type) unless --judge names one; --backend-opt")
-    print("chat_format=, system_policy=, pad_square=, dtype= override single settings. API servers apply the")
-    print("model's own chat template: presets do not apply to them.")
+    print("chat_format=, system_policy=, pad_square=, dtype= override single settings. llamacpp: models choose")
+    print("their prompt format from the GGUF headers; --judge sets it (prompt_format) and the system default.")
+    print("API servers apply the model's own chat template: presets do not apply to them.")
     return EXIT_OK
 
 

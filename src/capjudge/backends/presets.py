@@ -94,6 +94,8 @@ class JudgePreset:
         }
 
 
+_HF_GGUF = ("hf", "llamacpp")  # families whose GGUF + mmproj llama.cpp's libmtmd runs
+
 QWEN_DEFAULT_SYSTEM = "You are a helpful assistant."
 """The system turn of LLaVA-NeXT's ``qwen_1_5`` conversation, which LLaVA-Critic is run with."""
 
@@ -106,7 +108,7 @@ _PRESETS: tuple[JudgePreset, ...] = (
     ),
     JudgePreset(
         "llava-next", "LLaVA-NeXT (1.6)", ("llava_next",), "template", "keep", "template", False, "float16",
-        examples=("llava-hf/llava-v1.6-mistral-7b-hf", "llava-hf/llava-v1.6-vicuna-13b-hf"),
+        backends=_HF_GGUF, examples=("llava-hf/llava-v1.6-mistral-7b-hf", "llava-hf/llava-v1.6-vicuna-13b-hf"),
         notes="any-resolution tiling by the processor (no square padding)", aliases=("llava-1.6",),
     ),
     JudgePreset(
@@ -123,42 +125,42 @@ _PRESETS: tuple[JudgePreset, ...] = (
     ),
     JudgePreset(
         "qwen2-vl", "Qwen2-VL", ("qwen2_vl",), "template", "keep", "template", False, "bfloat16",
-        examples=("Qwen/Qwen2-VL-7B-Instruct",), notes="dynamic resolution (image grid); template adds its default system turn",
+        backends=_HF_GGUF, examples=("Qwen/Qwen2-VL-7B-Instruct",), notes="dynamic resolution (image grid); template adds its default system turn",
     ),
     JudgePreset(
         "qwen2.5-vl", "Qwen2.5-VL", ("qwen2_5_vl",), "template", "keep", "template", False, "bfloat16",
-        examples=("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-72B-Instruct"),
+        backends=_HF_GGUF, examples=("Qwen/Qwen2.5-VL-7B-Instruct", "Qwen/Qwen2.5-VL-72B-Instruct"),
         notes="dynamic resolution (image grid); template adds its default system turn", aliases=("qwen2_5-vl", "qwen25-vl"),
     ),
     JudgePreset(
         "qwen3-vl", "Qwen3-VL", ("qwen3_vl", "qwen3_vl_moe"), "template", "keep", "template", False, "bfloat16",
-        examples=("Qwen/Qwen3-VL-8B-Instruct",), notes="dynamic resolution (image grid)",
+        backends=_HF_GGUF, examples=("Qwen/Qwen3-VL-8B-Instruct",), notes="dynamic resolution (image grid)",
     ),
     JudgePreset(
         "gemma3", "Gemma 3", ("gemma3",), "template", "keep", "template", False, "bfloat16",
-        examples=("google/gemma-3-4b-it", "google/gemma-3-27b-it"),
+        backends=_HF_GGUF, examples=("google/gemma-3-4b-it", "google/gemma-3-27b-it"),
         notes="no system role of its own: its template folds a system turn into the first user turn (before the image); "
         "float16 overflows",
         aliases=("gemma-3",),
     ),
     JudgePreset(
         "idefics3", "Idefics3 / SmolVLM", ("idefics3", "smolvlm"), "template", "keep", "template", False, "bfloat16",
-        examples=("HuggingFaceM4/Idefics3-8B-Llama3", "HuggingFaceTB/SmolVLM-Instruct"), notes="image split into tiles by the processor",
+        backends=_HF_GGUF, examples=("HuggingFaceM4/Idefics3-8B-Llama3", "HuggingFaceTB/SmolVLM-Instruct"), notes="image split into tiles by the processor",
         aliases=("smolvlm",),
     ),
     JudgePreset(
         "internvl", "InternVL (HF format)", ("internvl",), "template", "keep", "template", False, "bfloat16",
-        examples=("OpenGVLab/InternVL3-8B-hf",), notes="the -hf conversions; the original checkpoints need trust_remote_code and are not supported",
+        backends=_HF_GGUF, examples=("OpenGVLab/InternVL3-8B-hf",), notes="the -hf conversions; the original checkpoints need trust_remote_code and are not supported",
         aliases=("internvl3",),
     ),
     JudgePreset(
         "mistral3", "Mistral-Small-3 / Pixtral", ("mistral3",), "template", "keep", "template", False, "bfloat16",
-        examples=("mistralai/Mistral-Small-3.1-24B-Instruct-2503",), notes="Pixtral vision encoder at native resolution",
+        backends=_HF_GGUF, examples=("mistralai/Mistral-Small-3.1-24B-Instruct-2503",), notes="Pixtral vision encoder at native resolution",
         aliases=("mistral-small-3",),
     ),
     JudgePreset(
         "pixtral", "Pixtral (llava-style HF conversion)", (), "template", "keep", "template", False, "bfloat16",
-        examples=("mistral-community/pixtral-12b",), notes="the llava-style conversion of Pixtral-12B",
+        backends=_HF_GGUF, examples=("mistral-community/pixtral-12b",), notes="the llava-style conversion of Pixtral-12B",
         detected_by="model_type llava with vision_config.model_type pixtral",
     ),
     JudgePreset(
@@ -294,35 +296,39 @@ def resolve(
     )
 
 
-LOCAL_KINDS = ("hf", "llamacpp")
-
-
 def preset_options(kind: str, name: str) -> dict[str, str]:
     """The backend options that apply judge preset ``name`` to a backend of ``kind``
-    (``Judge(..., preset=)``, CLI ``--judge``). ``hf`` takes any preset; ``llamacpp`` renders
-    LLaVA-1.5's conversation only, so it takes ``llava-1.5`` (and needs no option for it); API
-    backends take none: their server applies the model's own chat template. Raises
-    :class:`UnknownPresetError` or ``ValueError`` naming what applies."""
+    (``Judge(..., preset=)``, CLI ``--judge``). ``hf`` takes any preset (option ``preset``);
+    ``llamacpp`` the families libmtmd runs, as its ``prompt_format`` (``llava_v1`` for LLaVA-1.5,
+    the GGUF's ``chat_template`` otherwise); API backends none: their server applies the model's
+    own chat template. Raises :class:`UnknownPresetError` or ``ValueError`` naming what applies."""
     kind = kind.strip().lower()
     if str(name).strip().lower() == "auto":
         return {"preset": "auto"} if kind == "hf" else {}
     preset = get_preset(name)
     if kind == "hf":
         return {"preset": preset.name}
-    if kind in preset.backends and kind != "hf":
-        return {}
     if kind == "llamacpp":
-        raise ValueError(f"judge preset {preset.name!r} does not apply to the llamacpp backend, which renders LLaVA-1.5's conversation (preset llava-1.5)")
+        if kind not in preset.backends:
+            runs = ", ".join(p.name for p in _PRESETS if kind in p.backends)
+            raise ValueError(f"judge preset {preset.name!r} does not apply to the llamacpp backend (llama.cpp's libmtmd runs: {runs})")
+        return {"prompt_format": "llava_v1" if preset.chat_format == "llava" else "chat_template"}
     if kind in ("openai", "azure", "openai-compatible"):
         raise ValueError(f"judge presets apply to local backends (hf, llamacpp); an {kind} server applies the model's own chat template (use --system none where it rejects a system turn)")
     raise ValueError(f"judge presets do not apply to {kind!r} backends")
 
 
-def preset_of(identity: Mapping[str, Any]) -> JudgePreset | None:
-    """The preset a backend identity names (``identity["preset"]``), if any."""
+def preset_of(identity: Mapping[str, Any], requested: str | None = None) -> JudgePreset | None:
+    """The preset a backend ran with: the one its identity names (``hf``), else the one
+    ``requested`` (``--judge`` on ``llamacpp``), else, for a llama.cpp identity, ``llava-1.5`` for
+    its ``llava_v1`` prompt and :data:`GENERIC` for a GGUF's own chat template; ``None`` for
+    backends without presets."""
     name = identity.get("preset")
+    if not name and requested and str(requested).strip().lower() != "auto":
+        return get_preset(requested)
     if not name:
-        return None
+        fmt = identity.get("prompt_format")
+        return PRESETS["llava-1.5"] if fmt == "llava_v1" else GENERIC if fmt == "chat_template" else None
     if name == GENERIC.name:
         return GENERIC
     try:

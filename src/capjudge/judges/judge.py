@@ -145,7 +145,7 @@ class Judge:
         self.group_window = max(self.batch_size, int(group_window))
         self.top_logprobs = top_logprobs
         self.max_new_tokens = max_new_tokens
-        chosen = preset_of(self.backend.identity())
+        chosen = preset_of(self.backend.identity(), preset if self.backend.kind == "llamacpp" else None)
         self.judge_preset: str | None = chosen.name if chosen is not None else None
         if system == "auto":
             if self.backend.kind in API_KINDS:
