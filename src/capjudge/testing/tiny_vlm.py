@@ -356,7 +356,7 @@ def _make_paligemma(tok: Any, seed: int) -> tuple[Any, Any]:
     size, patch = 56, 14  # 16 image tokens
     tokens = (size // patch) ** 2
     text = GemmaConfig(**_text_kwargs(tok, head_dim=TEXT["hidden"] // TEXT["heads"], vocab_size=len(tok) + 1152)).to_dict()
-    ip = SiglipImageProcessorPil(size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    ip: Any = SiglipImageProcessorPil(size={"height": size, "width": size}, image_mean=[0.5] * 3, image_std=[0.5] * 3)
     ip.image_seq_length = tokens  # PaliGemmaProcessor reads it from the image processor
     proc = PaliGemmaProcessor(image_processor=ip, tokenizer=tok, chat_template=PALIGEMMA_TEMPLATE)
     # The processor adds 1,152 <loc>/<seg> tokens to the tokenizer: size the vocabulary after it.
