@@ -500,7 +500,8 @@ def _judge_like(model: Any, tokenizer: Any, end_ids: list[int], seed: int) -> di
         w[digits[0], end] = 3.0
         w[:, zero] = -2.0
         w[tid("."), zero] = 3.0
-        w[digits[1:], dot] = 1.0  # "." -> a decimal digit (the mood decides which)
+        w[:, dot] = -1.0
+        w[digits[1:], dot] = 2.0  # "." -> a decimal digit (the mood decides which)
         w[digits[0], dot] = -2.0
         w[second, more] = 1.0  # 1-4 -> a second decimal 5-9 ...
         w[eos, more] = 1.0  # ... or the end

@@ -262,11 +262,15 @@ class HFBackend(Backend):
         return img
 
     def encode(self, requests: Sequence[Request]) -> dict[str, Any]:
-        """Tokenize a batch (left-padded) with its pixel values, on the model's device."""
+        """Tokenize a batch (left-padded) with its pixel values, on the model's device.
+
+        Images go to the processor as one list per sample: a flat list is read by some processors
+        (Gemma 3) as several images of one prompt; every processor of the verified architectures
+        takes the nested form, LLaVA's giving the same tensors as with a flat list."""
         texts = [self.format_prompt(r.messages) for r in requests]
-        images = [self.prepare_image(i) for r in requests for i in r.images]
+        images = [[self.prepare_image(i) for i in r.images] for r in requests]
         kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", "padding": True}
-        if images:
+        if any(images):
             kwargs["images"] = images
         inputs = self.processor(**kwargs)
         out = {}
@@ -621,9 +625,10 @@ def llava_4bit_settings(torch: Any) -> dict[str, Any]:
     }
 
 
-# Packages that transformers asks for by name in its ImportError texts, and what to install.
+# Packages that transformers asks for by name in its ImportError texts, and what to install
+# (torchvision: see torchvision_requirement).
 _INSTALL = {
-    "torchvision": "torchvision (the build that matches your torch: see pytorch.org)",
+    "torchvision": "torchvision",
     "accelerate": "accelerate",
     "bitsandbytes": "bitsandbytes",
     "timm": "timm",
@@ -647,7 +652,23 @@ def missing_package_message(model: str, exc: ImportError) -> str:
         names = [name.split(".")[0]]
     if not names:
         return f"could not load HF model {model!r}: a package it needs is missing: {text}"
-    return f"could not load HF model {model!r}: it needs {', '.join(names)} ({text}): pip install " + " ".join(_INSTALL[n] for n in names)
+    specs = [torchvision_requirement() if n == "torchvision" else _INSTALL[n] for n in names]
+    note = " (torchvision's release must match your torch; on a CUDA machine use the index URL from pytorch.org)" if "torchvision" in names else ""
+    return f"could not load HF model {model!r}: it needs {', '.join(names)} ({text}): pip install " + " ".join(f"'{s}'" if "=" in s else s for s in specs) + note
+
+
+def torchvision_requirement() -> str:
+    """The pip requirement of the torchvision release that goes with the installed torch
+    (torch 2.x pairs with torchvision 0.(x+15), e.g. 2.13 with 0.28); a bare ``torchvision``
+    would let pip replace torch with the one the newest torchvision wants."""
+    import importlib.metadata
+
+    try:
+        version = importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return "torchvision"
+    m = re.match(r"2\.(\d+)", version)
+    return f"torchvision==0.{int(m.group(1)) + 15}.*" if m else "torchvision"
 
 
 def check_4bit_packages() -> None:

@@ -45,6 +45,17 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = get_logger(__name__)
 
+PREFIX_REUSE_MODEL_TYPES = frozenset({"llava"})
+"""HF ``model_type`` values whose prompts the fast path handles (its equality with plain decoding
+is tested for each); every other architecture falls back to the backend's batched ``generate``.
+The single source for the README's "Verified judges" table (see :func:`supports_prefix_reuse`)."""
+
+
+def supports_prefix_reuse(model_type: str) -> bool:
+    """Whether the prefix-reuse path runs for models of this HF ``model_type``."""
+    return model_type in PREFIX_REUSE_MODEL_TYPES
+
+
 MAX_ROWS = 32
 """Rows packed into one sequence after a prefix (larger groups are chunked; the attention mask
 grows with the square of a chunk's tokens)."""
@@ -155,7 +166,7 @@ class PrefixReuser:
     # ------------------------------------------------------------------ eligibility
     def _model_supported(self) -> bool:
         net = self.backend.net
-        if getattr(net.config, "model_type", "") != "llava":
+        if not supports_prefix_reuse(getattr(net.config, "model_type", "")):
             return False
         text_config = getattr(net.config, "text_config", net.config)
         attn = getattr(text_config, "_attn_implementation", None) or "sdpa"
