@@ -1,6 +1,8 @@
-"""HF transformers backend: image-text-to-text models (LLaVA-1.5 ``llava-hf/llava-1.5-7b-hf``,
-Qwen2.5-VL, Gemma 3, ... or a local folder) with greedy decoding, batched with left padding, and
-exact per-step probabilities of the digit tokens for FLEUR smoothing.
+"""HF transformers backend: LLaVA-1.5 checkpoints (``llava-hf/llava-1.5-7b-hf``, ``-13b-hf`` or a
+local folder) and the other verified image-text-to-text architectures (LLaVA-NeXT/OneVision,
+Qwen2/2.5/3-VL, Gemma 3, Idefics3, InternVL, Mistral 3, PaliGemma; see docs/backends.md) with
+greedy decoding, batched with left padding, and exact per-step probabilities of the digit tokens
+for FLEUR smoothing.
 
 How a model is prompted comes from its judge preset (:mod:`capjudge.backends.presets`), chosen from
 the config's ``model_type`` before the processor is loaded (``preset=auto``) or named
