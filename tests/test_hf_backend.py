@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -244,7 +245,11 @@ def test_a_missing_optional_package_names_the_install_command() -> None:
     from capjudge.backends.hf import missing_package_message
 
     msg = missing_package_message("Qwen/Qwen2.5-VL-7B-Instruct", ImportError("Qwen2VLVideoProcessor requires the Torchvision library but it was not found in your environment."))
-    assert "pip install torchvision" in msg and "Qwen/Qwen2.5-VL-7B-Instruct" in msg
+    # The torchvision release that matches the installed torch (else pip would replace torch).
+    from capjudge.backends.hf.backend import torchvision_requirement
+
+    assert f"pip install '{torchvision_requirement()}'" in msg and "Qwen/Qwen2.5-VL-7B-Instruct" in msg
+    assert re.fullmatch(r"torchvision==0\.\d+\.\*", torchvision_requirement())
     err = ImportError("No module named 'timm'")
     err.name = "timm"
     assert "pip install timm" in missing_package_message("m", err)
