@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from capjudge.backends.openai import batch_commands
 from capjudge.cli_errors import UsageError
 
 T = TypeVar("T")
@@ -32,6 +33,8 @@ EXIT_CODES_HELP = """exit codes (score, compare, explain, run-benchmark):
        folder, missing columns, unwritable --out): found before any model loads
   3    samples failed for backend reasons (server gone, retries exhausted, budget
        spent): their records say why; re-run the same command to resume
+  4    --batch: batches submitted or still in progress; run the same command
+       again (or `capjudge batch collect OUT`) to collect them
   130  interrupted; results written so far are kept
 probe and choose-one exit 0, 1, 2 or 130; meta-eval and report exit 1 when
 nothing could be measured."""
@@ -198,10 +201,14 @@ def _usage_rows(judge: Any) -> list[tuple[str, str]]:
     if usage is None or not hasattr(usage, "summary"):
         return []
     u = usage.summary()
+    batch = u.get("batch_calls") or 0
+    label = "cost (USD)"
+    if batch:
+        label = "cost (USD, batch prices)" if batch == u["calls"] else f"cost (USD, {batch} of {u['calls']} calls at batch prices)"
     return [
-        ("API calls", str(u["calls"])),
+        ("API calls", str(u["calls"]) + (f" ({batch} in batches)" if batch else "")),
         ("tokens in/out", f"{u['prompt_tokens']}/{u['completion_tokens']}"),
-        ("cost (USD)", f"{u['cost_usd']:.4f}"),
+        (label, f"{u['cost_usd']:.4f}"),
         ("not sent (budget)", str(u["budget_refused"])),
     ]
 
@@ -351,6 +358,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if method.kind == "pairwise":
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
     _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)])
+    batch_commands.check_batch_args(args)
     rows = list(read_samples(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
@@ -359,11 +367,16 @@ def _cmd_score(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with _make_judge(args, method) as judge, _score_stream(args, judge, method) as stream:
         # What every record of this run says about how it was made (as _bad_row_result writes it).
-        plan = _resume_plan(args, rows, score_key, {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash})
-        for kept in _kept_results(plan, ScoreResult):
-            tally.add(kept)
-        for res in _run_rows(args, judge, rows, plan, stream, lambda row: _bad_row_result(row, method, judge), f"{method.name} on {judge.backend_spec}"):
-            tally.add(res)
+        fields = {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash}
+        plan = _resume_plan(args, rows, score_key, fields)
+        session = batch_commands.session_for(args, judge, fields, _backend_options(args))
+        with batch_commands.batch_run(session, args, batch_commands.planning_pass(judge, rows, plan, judge.score_stream)) as outcome:
+            if outcome != "ready":
+                return batch_commands.pending_exit(session, outcome)
+            for kept in _kept_results(plan, ScoreResult):
+                tally.add(kept)
+            for res in _run_rows(args, judge, rows, plan, stream, lambda row: _bad_row_result(row, method, judge), f"{method.name} on {judge.backend_spec}"):
+                tally.add(res)
         usage = _usage_rows(judge)
     if not args.quiet:
         con = _console(stderr=False)
@@ -375,6 +388,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
             ("seconds", f"{time.perf_counter() - t0:.1f}"),
             ("results", str(args.out)),
             *usage,
+            *(session.summary_rows() if session is not None else []),
         ]
         con.print(_summary_table("capjudge score", rows_out))
         if tally.failed:
@@ -431,6 +445,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if mode == "grading" and method.kind != "score":
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
     _preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out, reports=[("--html", args.html)])
+    batch_commands.check_batch_args(args)
     rows = list(read_pairs(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
@@ -439,6 +454,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     with _make_judge(args, method) as judge:
         run = run_fields(judge, mode)
         plan = _resume_plan(args, rows, pair_key, run)
+        session = batch_commands.session_for(args, judge, run, _backend_options(args))
 
         def bad_row(row: Any) -> PairResult:
             return PairResult(image="", caption_a="", caption_b="", verdict=None, method=run["method"], backend=judge.backend_spec, model=judge.backend.model, template_hash=run["template_hash"], mode=run["mode"], status="error", error=row.error, id=str(row.line))
@@ -446,10 +462,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         def stream(pairs: list[Any]) -> Iterator[tuple[int, Any]]:
             return judge.compare_stream(pairs, mode=mode)  # type: ignore[no-any-return]
 
-        for kept in _kept_results(plan, PairResult):
-            tally.add(kept)
-        for res in _run_rows(args, judge, rows, plan, stream, bad_row, f"compare with {method.name}"):
-            tally.add(res)
+        with batch_commands.batch_run(session, args, batch_commands.planning_pass(judge, rows, plan, stream)) as outcome:
+            if outcome != "ready":
+                return batch_commands.pending_exit(session, outcome)
+            for kept in _kept_results(plan, PairResult):
+                tally.add(kept)
+            for res in _run_rows(args, judge, rows, plan, stream, bad_row, f"compare with {method.name}"):
+                tally.add(res)
         usage = _usage_rows(judge)
     if not args.quiet:
         con = _console(stderr=False)
@@ -469,6 +488,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                     ("seconds", f"{time.perf_counter() - t0:.1f}"),
                     ("results", str(args.out)),
                     *usage,
+                    *(session.summary_rows() if session is not None else []),
                 ],
             )
         )
@@ -648,6 +668,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption[, references, id]")
     p.add_argument("--out", required=True, help="results JSONL (one record per input row)")
     _add_resume(p)
+    batch_commands.add_batch_options(p)
     add_html_option(p)
     scale = p.add_argument_group("many judges at once through Ray (pip install 'capjudge[ray]'; docs/ray.md)")
     scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS", help="judge on Ray actors, one judge (one model) each: a running cluster's ADDRESS (auto, HOST:6379, ray://HOST:10001), or none for $RAY_ADDRESS or a local instance")
@@ -661,6 +682,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="results JSONL")
     p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: ask both orders and vote (the GPT-4V evaluator paper); grading: higher single score wins; auto: by method")
     _add_resume(p)
+    batch_commands.add_batch_options(p)
     add_html_option(p)
     p.set_defaults(func=_cmd_compare)
 
@@ -696,6 +718,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("capjudge.report.commands", "register"),
         ("capjudge.arena.commands", "register"),
         ("capjudge.parity.commands", "register"),
+        ("capjudge.backends.openai.batch_commands", "register"),
     ):
         _register_optional(sub, module, func)
     return parser
@@ -749,6 +772,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # batch mode keeps the command
     undo_logging = _logging(args.verbose)
     try:
         return _run(args)
