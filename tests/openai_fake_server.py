@@ -195,11 +195,15 @@ class FakeOpenAIServer:
         batch_delay: float = 0.0,
         batch_fault: Callable[[str, dict[str, Any], int], int | None] | None = None,
         expire_batches: Sequence[int] = (),
+        batch_call_delay: dict[str, float] | None = None,
     ) -> None:
         self.responder = responder
         self.batch_delay = batch_delay
         self.batch_fault = batch_fault
         self.expire_batches = set(expire_batches)
+        # Seconds an upload ("files") or a batch creation ("batches") waits after it is done and
+        # before it answers: a client killed meanwhile has done it without knowing.
+        self.batch_call_delay = dict(batch_call_delay or {})
         self.files: dict[str, dict[str, Any]] = {}
         self.batches: dict[str, dict[str, Any]] = {}
         self.batch_line_counts: Counter[str] = Counter()
@@ -389,7 +393,9 @@ class FakeOpenAIServer:
         with self._lock:
             self.batch_requests.append((method, route))
         if method == "POST" and route == "/files":
-            return self._upload(headers.get("content-type", ""), data)
+            reply = self._upload(headers.get("content-type", ""), data)
+            time.sleep(self.batch_call_delay.get("files", 0.0))
+            return reply
         if method == "GET" and route == "/files":
             purpose = (query.get("purpose") or [None])[0]
             with self._lock:
@@ -400,7 +406,9 @@ class FakeOpenAIServer:
             f = self.files.get(fm.group(1))
             return Reply(raw=f["data"]) if f else Reply(status=404, body=error_body("no such file"))
         if method == "POST" and route == "/batches":
-            return self._create_batch(json.loads(data or b"{}"))
+            reply = self._create_batch(json.loads(data or b"{}"))
+            time.sleep(self.batch_call_delay.get("batches", 0.0))
+            return reply
         if method == "GET" and route == "/batches":
             with self._lock:
                 rows = [self._batch_object(b) for b in sorted(self.batches, reverse=True)]

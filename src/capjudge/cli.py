@@ -202,15 +202,15 @@ def _usage_rows(judge: Any) -> list[tuple[str, str]]:
         return []
     u = usage.summary()
     batch = u.get("batch_calls") or 0
-    label = "cost (USD)"
-    if batch:
-        label = "cost (USD, batch prices)" if batch == u["calls"] else f"cost (USD, {batch} of {u['calls']} calls at batch prices)"
-    return [
-        ("API calls", str(u["calls"]) + (f" ({batch} in batches)" if batch else "")),
+    rows = [
+        ("API calls", str(u["calls"])),
         ("tokens in/out", f"{u['prompt_tokens']}/{u['completion_tokens']}"),
-        (label, f"{u['cost_usd']:.4f}"),
-        ("not sent (budget)", str(u["budget_refused"])),
+        ("cost (USD)", f"{u['cost_usd']:.4f}"),
     ]
+    if batch:  # batch lines are billed at batch prices (usage.BATCH_DISCOUNT of the standard ones)
+        rows.append(("  calls at batch prices", f"{batch} of {u['calls']}"))
+    rows.append(("not sent (budget)", str(u["budget_refused"])))
+    return rows
 
 
 def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None) -> None:

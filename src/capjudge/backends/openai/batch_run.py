@@ -319,9 +319,11 @@ class BatchSession:
             if self.options.failed == "online":
                 online.append(key)
                 continue
+            tried = set(self.store.tried(key))
             if job.status != "cancelled":  # a cancelled batch is no attempt
                 tries.append((key, job.name))
-            if self.store.tries(key) + (job.status != "cancelled") >= self.options.attempts:
+                tried.add(job.name)
+            if len(tried) >= self.options.attempts:
                 errors.append((key, {"kind": "exhausted", "message": scrub(f"not answered by {self.options.attempts} batches (last: {cause}); run the same command again")}))
         if self.cache is not None and cache_items:
             self.cache.set_many(cache_items, metadata={"backend": self.api.identity(), "batch_id": job.batch_id})

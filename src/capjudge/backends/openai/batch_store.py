@@ -83,10 +83,14 @@ class RunStore:
         """Whether the line goes online instead of into another batch."""
         return bool(self._db.get("o:" + key, default=False, retry=True))
 
+    def tried(self, key: str) -> list[str]:
+        """The jobs the line expired or failed in."""
+        value = self._db.get("t:" + key, default=None, retry=True)
+        return [str(v) for v in value] if isinstance(value, list) else []
+
     def tries(self, key: str) -> int:
         """How many batches the line expired or failed in."""
-        value = self._db.get("t:" + key, default=None, retry=True)
-        return len(value) if isinstance(value, list) else 0
+        return len(self.tried(key))
 
     def put(self, answers: Sequence[tuple[str, Completion]] = (), errors: Sequence[tuple[str, dict[str, Any]]] = (), online: Sequence[str] = (), tries: Sequence[tuple[str, str]] = ()) -> None:
         """Store outcomes in one transaction; ``tries`` are ``(key, job name)`` pairs (idempotent:
