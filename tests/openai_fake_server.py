@@ -274,6 +274,10 @@ class FakeOpenAIServer:
                 return Reply(status=401, body=error_body(f"Incorrect API key provided{shown}", code="invalid_api_key"))
         if scripted is not None:
             return scripted
+        return self._respond(req)
+
+    def _respond(self, req: Received) -> Reply:
+        """The answer of the server's settings and responder (online requests and batch lines)."""
         body = req.body if isinstance(req.body, dict) else {}
         if self.drop_logprobs and body.get("logprobs"):
             req = Received(req.method, req.path, req.query, req.headers, {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")})
@@ -351,7 +355,7 @@ class FakeOpenAIServer:
                 err.append(json.dumps({"id": f"{bid}-{n}", "custom_id": cid, "response": resp, "error": None}))
                 continue
             req = Received("POST", line["url"], {}, {}, line["body"])
-            reply = self.responder(req)
+            reply = self._respond(req)
             resp = {"status_code": reply.status, "request_id": f"req-{n}", "body": reply.body}
             (out if reply.status == 200 else err).append(json.dumps({"id": f"{bid}-{n}", "custom_id": cid, "response": resp, "error": None}))
         for n, line in enumerate(lines[len(done):], start=len(done)):

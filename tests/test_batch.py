@@ -382,3 +382,17 @@ def test_requests_larger_than_a_batch_go_online_or_fail(tmp_path: Path) -> None:
         assert main(argv) == EXIT_OK
         assert not server.batches and chat_calls(server) == 2
         assert all(r["status"] == "error" and "more than one batch may hold" in r["error"] for r in read(out))
+
+
+@pytest.mark.parametrize("server_kw", [{"refuse_logprobs": True}, {"max_top_logprobs": 5}])
+def test_logprob_refusals_are_learned_as_online(tmp_path: Path, server_kw: dict[str, Any]) -> None:
+    """A server that refuses logprobs (or more than 5 top_logprobs) in batch lines: the lines are
+    asked again without them (or with 5), as the online backend does, and records match online."""
+    inp = write_samples(tmp_path / "in.jsonl", 3)
+    expected = {r["id"]: comparable(r) for r in online_records(inp, tmp_path, **server_kw)}
+    out = tmp_path / "b.jsonl"
+    with running_server(**server_kw) as server:
+        argv = command(server, inp, out, tmp_path / "cache", "--batch", "--wait", "--poll-interval", "0.05", "--batch-attempts", "1")
+        assert main(argv) == EXIT_OK
+        assert len(server.batches) == 2 and chat_calls(server) == 0
+    assert {r["id"]: comparable(r) for r in read(out)} == expected

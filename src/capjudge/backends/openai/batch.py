@@ -204,6 +204,9 @@ class BatchState:
         self.backend_options: dict[str, Any] = dict(data.get("backend_options") or {})
         self.jobs: list[Job] = [Job(**j) for j in data.get("jobs") or []]
         self.stats = BatchStats(**(data.get("stats") or {}))
+        # What the server's answers taught (``logprobs_refused``, ``top_cap``), as the online
+        # backend learns it from a refusal, kept for the rounds to come.
+        self.learned: dict[str, Any] = dict(data.get("learned") or {})
         self.created: float = float(data.get("created") or time.time())
 
     @classmethod
@@ -236,6 +239,7 @@ class BatchState:
             "created": self.created,
             "jobs": [asdict(j) for j in self.jobs],
             "stats": asdict(self.stats),
+            "learned": self.learned,
         }
 
     def save(self) -> None:

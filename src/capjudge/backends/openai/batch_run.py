@@ -46,6 +46,7 @@ from capjudge.backends.openai.batch import (
     submit_job,
 )
 from capjudge.backends.openai.batch_store import PlanningBackend, ReplayBackend, RunStore
+from capjudge.backends.openai.caps import AZURE_MAX_TOP_LOGPROBS
 from capjudge.backends.openai.retry import RETRY_STATUS
 from capjudge.redact import get_logger, scrub
 
@@ -162,6 +163,7 @@ class BatchSession:
                     "finish it with its own command, cancel it (`capjudge batch cancel`), or delete the state file and its folder"
                 )
             self.state = state
+            self._apply_learned(state)
         self.store = RunStore(self.work / "store")
         self._provider: Provider | None = None
         self.imported = 0
@@ -282,6 +284,7 @@ class BatchSession:
         cache_items: list[tuple[str, Completion]] = []
         errors: list[tuple[str, dict[str, Any]]] = []
         transient: dict[str, str] = {}
+        free: set[str] = set()  # asked again without counting an attempt
         seen: set[str] = set()
         for line in lines:
             key = line.get("custom_id")
@@ -305,7 +308,10 @@ class BatchSession:
                     cache_items.append((key, completion))
                 continue
             status, code, message = _line_error(response, line.get("error"))
-            if _transient(status):
+            if self._learn_logprobs(state, status, message, bodies[key]):
+                transient[key] = f"asked again: {message}"
+                free.add(key)
+            elif _transient(status):
                 transient[key] = f"{code or status or 'error'}: {message}"
             else:
                 errors.append((key, {"status": status, "code": code, "message": f"HTTP {status}{f' [{code}]' if code else ''}: {message} (batch {job.batch_id})"}))
@@ -320,7 +326,7 @@ class BatchSession:
                 online.append(key)
                 continue
             tried = set(self.store.tried(key))
-            if job.status != "cancelled":  # a cancelled batch is no attempt
+            if job.status != "cancelled" and key not in free:  # a cancelled batch is no attempt
                 tries.append((key, job.name))
                 tried.add(job.name)
             if len(tried) >= self.options.attempts:
@@ -336,6 +342,29 @@ class BatchSession:
         job.status = "collected"
         state.save()
         say(f"batch {job.batch_id}: {len(answers)} answered, {len(errors) - exhausted} failed, {len(transient)} expired or not answered")
+
+    def _learn_logprobs(self, state: BatchState, status: int | None, message: str, body: dict[str, Any]) -> bool:
+        """A line refused for its log-probabilities: remember it as the online backend does (no
+        logprobs from now on, or at most 5 ``top_logprobs``) so the next round asks without them;
+        ``True`` when the line is to be asked again."""
+        text = message.lower()
+        if status not in (400, 422) or "logprob" not in text or not body.get("logprobs"):
+            return False
+        if "top_logprobs" in text and int(body.get("top_logprobs") or 0) > AZURE_MAX_TOP_LOGPROBS:
+            state.learned["top_cap"] = AZURE_MAX_TOP_LOGPROBS
+        else:
+            state.learned["logprobs_refused"] = scrub(f"server refused logprobs: HTTP {status}: {message}")
+        self._apply_learned(state)
+        return True
+
+    def _apply_learned(self, state: BatchState) -> None:
+        """What earlier rounds learned about the server, applied to the backend that builds lines."""
+        cap = state.learned.get("top_cap")
+        if isinstance(cap, int):
+            self.api._top_cap = min(self.api._top_cap, cap)
+        refused = state.learned.get("logprobs_refused")
+        if isinstance(refused, str):
+            self.api._logprobs_refused = refused
 
     # ------------------------------------------------------------------ export / import
     def _export(self, plan_pass: Callable[[], None], say: Callable[[str], None]) -> None:
