@@ -132,7 +132,7 @@ def test_batch_run_killed_between_upload_and_collect_resumes(tmp_path: Path) -> 
     with running_server(**kw) as server:
         argv = command(server, inp, out, cache, "--batch", "--wait", "--poll-interval", "0.1", "--batch-max-requests", "5")
         env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
-        proc = subprocess.Popen([sys.executable, "-m", "capjudge.cli", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        proc = subprocess.Popen([sys.executable, "-m", "capjudge.cli", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 60
         while not server.batches and time.monotonic() < deadline:  # the first batch is created ...
             time.sleep(0.02)
@@ -215,6 +215,10 @@ def test_submitted_exit_code_and_message_then_collect(tmp_path: Path, capsys: py
         # A re-run finds everything in --out: nothing is asked, no batch made.
         assert main(argv) == EXIT_OK
         assert len(server.batches) == 2
+        # The answers are in the normal response cache: an online run to another --out asks nothing.
+        again = tmp_path / "again.jsonl"
+        assert main(command(server, inp, again, tmp_path / "cache")) == EXIT_OK
+        assert chat_calls(server) == 0 and all(r["details"]["cached"] for r in read(again))
 
 
 def test_cancel_then_the_next_run_asks_again(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -396,3 +400,21 @@ def test_logprob_refusals_are_learned_as_online(tmp_path: Path, server_kw: dict[
         assert main(argv) == EXIT_OK
         assert len(server.batches) == 2 and chat_calls(server) == 0
     assert {r["id"]: comparable(r) for r in read(out)} == expected
+
+
+@pytest.mark.parametrize(("method", "cache"), [("fleur", False), ("vanilla-code", True)])
+def test_answers_the_cache_does_not_keep(tmp_path: Path, method: str, cache: bool) -> None:
+    """--no-cache, and a sampled method (temperature 0.2, never cached): the run's own store keeps
+    the batch answers until the final pass has written them."""
+    inp = write_samples(tmp_path / "in.jsonl", 4)
+    expected = {r["id"]: comparable(r) for r in online_records(inp, tmp_path, method=method)}
+    out = tmp_path / "b.jsonl"
+    with running_server(batch_delay=0.2) as server:
+        extra = ["--batch", "--wait", "--poll-interval", "0.05"] + ([] if cache else ["--no-cache"])
+        assert main(command(server, inp, out, tmp_path / "cache", *extra, method=method)) == EXIT_OK
+        assert len(server.batches) == 1 and chat_calls(server) == 0
+    assert {r["id"]: comparable(r) for r in read(out)} == expected
+    if cache:
+        from capjudge.backends.cache import ResponseCache
+
+        assert len(ResponseCache(tmp_path / "cache")) == 0  # sampled answers are not cached
