@@ -418,3 +418,31 @@ def test_answers_the_cache_does_not_keep(tmp_path: Path, method: str, cache: boo
         from capjudge.backends.cache import ResponseCache
 
         assert len(ResponseCache(tmp_path / "cache")) == 0  # sampled answers are not cached
+
+
+def test_a_server_without_batch_endpoints_is_a_clear_backend_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inp = write_samples(tmp_path / "in.jsonl", 2)
+    out = tmp_path / "b.jsonl"
+    with running_server() as server:
+        argv = command(server, inp, out, tmp_path / "cache", "--batch")
+        argv[argv.index("--backend") + 1] = f"openai-compatible:{server.endpoint}#gpt-4o"  # no /v1: every route 404s
+        assert main(argv) == 1
+        err = capsys.readouterr().err
+        assert "files/batches call failed" in err and "HTTP 404" in err and "run the same command again" in err
+        assert state_paths(out)[0].exists()  # kept: the next run carries on
+
+
+def test_a_request_that_cannot_be_built_gets_the_online_error(tmp_path: Path) -> None:
+    """gpt-4 reads no images: the request fails before it is sent, online and in batch mode alike."""
+    inp = write_samples(tmp_path / "in.jsonl", 2)
+    with running_server() as server:
+        online, batch = tmp_path / "online.jsonl", tmp_path / "batch.jsonl"
+        argv = command(server, inp, online, tmp_path / "c1", "--no-cache")
+        argv[argv.index("--backend") + 1] = f"openai-compatible:{server.base_url}#gpt-4"
+        assert main(argv) == EXIT_OK
+        argv = command(server, inp, batch, tmp_path / "c2", "--batch")
+        argv[argv.index("--backend") + 1] = f"openai-compatible:{server.base_url}#gpt-4"
+        assert main(argv) == EXIT_OK
+        assert server.count == 0 and not server.batches
+    assert [r["error"] for r in read(batch)] == [r["error"] for r in read(online)]
+    assert all("reads no images" in r["error"] and r["details"]["resumable"] is False for r in read(batch))

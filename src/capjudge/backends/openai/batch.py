@@ -332,8 +332,9 @@ class Provider:
     def download(self, file_id: str, dest: Path) -> Path:
         """Save a file's content (an output or error file) to ``dest`` (atomically)."""
         tmp = dest.with_name(dest.name + ".part")
-        content = self.client.files.content(file_id)
-        tmp.write_bytes(content.read())
+        with tmp.open("wb") as fh, self.client.files.with_streaming_response.content(file_id) as response:
+            for chunk in response.iter_bytes():  # output files of large batches run to hundreds of MB
+                fh.write(chunk)
         os.replace(tmp, dest)
         return dest
 

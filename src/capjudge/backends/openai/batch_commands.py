@@ -140,7 +140,10 @@ def batch_run(session: Any, args: argparse.Namespace, pass_: Callable[[], None])
         outcome = session.prepare(pass_, say=_say(args.quiet))
         if outcome != "ready":
             yield outcome
-            session.close()
+            if outcome == "exported" and session.state is None:
+                session.finish()  # no batch run here: nothing to keep
+            else:
+                session.close()
             return
         with session.replaying():
             yield outcome
@@ -208,13 +211,15 @@ def cmd_status(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from capjudge.backends.openai.batch import TERMINAL, apply_status
+    from capjudge.backends.openai.batch_run import provider_errors
 
     state = _load(args.out)
     provider, backend = _provider(state)
     try:
-        for job in state.in_flight:
-            if job.batch_id and job.status not in TERMINAL:
-                apply_status(job, provider.retrieve(job.batch_id))
+        with provider_errors():
+            for job in state.in_flight:
+                if job.batch_id and job.status not in TERMINAL:
+                    apply_status(job, provider.retrieve(job.batch_id))
         state.save()
     finally:
         provider.close()
@@ -260,22 +265,24 @@ def cmd_collect(args: argparse.Namespace) -> int:
 def cmd_cancel(args: argparse.Namespace) -> int:
     """``capjudge batch cancel RESULTS.jsonl``."""
     from capjudge.backends.openai.batch import TERMINAL, apply_status
+    from capjudge.backends.openai.batch_run import provider_errors
 
     state = _load(args.out)
     provider, backend = _provider(state)
     cancelled = 0
     try:
-        for job in state.in_flight:
-            if job.batch_id is None and job.status == "creating":
-                found = provider.find_batch(job)
-                if found is not None:
-                    apply_status(job, found)
-            if job.batch_id is None:
-                job.status = "collected"  # never submitted: its requests are asked again by the next run
-            elif job.status not in TERMINAL and job.status != "cancelling":
-                apply_status(job, provider.cancel(job.batch_id))
-                cancelled += 1
-            state.save()
+        with provider_errors():
+            for job in state.in_flight:
+                if job.batch_id is None and job.status == "creating":
+                    found = provider.find_batch(job)
+                    if found is not None:
+                        apply_status(job, found)
+                if job.batch_id is None:
+                    job.status = "collected"  # never submitted: its requests are asked again by the next run
+                elif job.status not in TERMINAL and job.status != "cancelling":
+                    apply_status(job, provider.cancel(job.batch_id))
+                    cancelled += 1
+                state.save()
     finally:
         provider.close()
         backend.close()

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from capjudge.backends.base import Backend, BackendError, Completion, Request
-from capjudge.backends.cache import CachedBackend
+from capjudge.backends.cache import CachedBackend, cacheable
 from capjudge.backends.openai.backend import OpenAIBackend
 from capjudge.backends.openai.batch import (
     TERMINAL,
@@ -47,7 +47,7 @@ from capjudge.backends.openai.batch import (
 )
 from capjudge.backends.openai.batch_store import PlanningBackend, ReplayBackend, RunStore
 from capjudge.backends.openai.caps import AZURE_MAX_TOP_LOGPROBS
-from capjudge.backends.openai.retry import RETRY_STATUS
+from capjudge.backends.openai.retry import RETRY_STATUS, describe
 from capjudge.redact import get_logger, scrub
 
 log = get_logger("capjudge.backends.openai.batch_run")
@@ -99,6 +99,20 @@ def _transient(status: int | None) -> bool:
     return status is None or status in RETRY_STATUS or status >= 500
 
 
+@contextlib.contextmanager
+def provider_errors() -> Iterator[None]:
+    """A failed files or batches call as a :class:`BackendError` that says what failed (the state
+    is kept: the same command carries on)."""
+    import openai
+
+    try:
+        yield
+    except openai.OpenAIError as exc:
+        err = describe(exc)
+        hint = " (does the server serve the /files and /batches endpoints?)" if getattr(err, "status", None) == 404 else ""
+        raise BackendError(f"a files/batches call failed: {err}{hint}; the batch state is kept: run the same command again") from exc
+
+
 class Importer:
     """Answers of an output JSONL (``--batch-import``; OpenAI's and vLLM ``run-batch``'s format:
     ``custom_id`` -> ``response.body``), handed out by the planning pass, which knows the request
@@ -117,8 +131,6 @@ class Importer:
 
     def answer(self, key: str, request: Request) -> Completion | BaseException | None:
         """The imported answer to ``request`` (``key`` its custom_id), or ``None``."""
-        from capjudge.backends.cache import cacheable
-
         line = self.lines.get(key)
         if line is None:
             return None
@@ -204,6 +216,11 @@ class BatchSession:
             return "exported"
         if not opts.submit:
             return "ready"
+        with provider_errors():
+            return self._rounds(plan_pass, say)
+
+    def _rounds(self, plan_pass: Callable[[], None], say: Callable[[str], None]) -> Literal["ready", "pending"]:
+        opts = self.options
         while True:
             state = self.state
             if state is not None and state.in_flight:
@@ -255,7 +272,10 @@ class BatchSession:
         return True
 
     def _place_too_large(self, planner: PlanningBackend, state: BatchState) -> None:
-        """Requests larger than one batch may hold: online (``--batch-failed online``) or errors."""
+        """Requests larger than one batch may hold: online (``--batch-failed online``) or errors;
+        requests that cannot be built: the error an online request gets."""
+        if planner.unsendable:
+            self.store.put(errors=[(k, {"kind": "request", "message": why}) for k, why in planner.unsendable])
         if not planner.too_large:
             return
         state.stats.too_large += len(planner.too_large)

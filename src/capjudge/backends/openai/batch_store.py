@@ -75,6 +75,8 @@ class RunStore:
         message = str(entry.get("message") or "the batch line failed")
         if entry.get("kind") == "exhausted":
             return BatchNotAnswered(message)
+        if entry.get("kind") == "request":
+            return BackendError(message)
         if entry.get("code") == "context_length_exceeded":
             return ContextLengthError(message)
         return APIRequestError(message, status=entry.get("status"), code=entry.get("code"))
@@ -191,6 +193,7 @@ class PlanningBackend(_StandIn):
         self.resubmitted = 0
         self.known = 0
         self.too_large: list[tuple[str, str]] = []
+        self.unsendable: list[tuple[str, str]] = []  # requests that cannot be built (as online)
 
     @property  # type: ignore[override]
     def capabilities(self) -> Capabilities:  # type: ignore[override]
@@ -231,7 +234,8 @@ class PlanningBackend(_StandIn):
         except LineTooLarge as exc:
             self.too_large.append((key, str(exc)))
             return _done(Deferred(str(exc)))
-        except Exception as exc:  # noqa: BLE001 - a request that cannot be written (no images on this model, ...)
+        except Exception as exc:  # noqa: BLE001 - a request that cannot be built (no images on this model, ...)
+            self.unsendable.append((key, scrub(str(exc))))
             return _done(exc)
         self.lines += 1
         self.resubmitted += self.store.tries(key) > 0
