@@ -370,7 +370,9 @@ def test_state_of_another_run_is_refused(tmp_path: Path, capsys: pytest.CaptureF
         assert main(command(server, inp, out, tmp_path / "cache", "--batch")) == EXIT_SUBMITTED
         assert main(command(server, inp, out, tmp_path / "cache", "--batch", method="vanilla")) == EXIT_USAGE
         assert "holds the batches of another run" in capsys.readouterr().err
-        assert len(server.batches) == 1
+        assert main(command(server, inp, out, tmp_path / "cache")) == EXIT_USAGE  # online: would ask them again
+        assert "has a batch run in progress" in capsys.readouterr().err
+        assert len(server.batches) == 1 and chat_calls(server) == 0
 
 
 def test_requests_larger_than_a_batch_go_online_or_fail(tmp_path: Path) -> None:

@@ -104,12 +104,20 @@ def planning_pass(judge: Any, rows: Sequence[Any], plan: Any, stream: Callable[[
 
 
 def session_for(args: argparse.Namespace, judge: Any, fields: dict[str, Any], backend_options: dict[str, Any]) -> Any:
-    """The :class:`~capjudge.backends.openai.batch_run.BatchSession` of a run, or ``None``."""
-    if not wants_batch(args):
-        return None
-    from capjudge.backends.openai.batch import BatchLimits, BatchStateError
-    from capjudge.backends.openai.batch_run import BatchOptions, BatchSession
+    """The :class:`~capjudge.backends.openai.batch_run.BatchSession` of a run, or ``None``. An
+    online run of an ``--out`` whose batches are pending is refused: it would ask them again."""
+    from capjudge.backends.openai.batch import BatchLimits, BatchStateError, state_paths
     from capjudge.cli_errors import UsageError
+
+    if not wants_batch(args):
+        state_path, _ = state_paths(args.out)
+        if state_path.exists():
+            raise UsageError(
+                f"{args.out} has a batch run in progress ({state_path}): add --batch to collect it, or cancel it "
+                f"(`capjudge batch cancel {args.out}`) and delete {state_path.name} and {state_path.name[: -len('.json')]}/ to run online"
+            )
+        return None
+    from capjudge.backends.openai.batch_run import BatchOptions, BatchSession
 
     options = BatchOptions(
         submit=bool(args.batch),
