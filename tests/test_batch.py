@@ -124,7 +124,7 @@ def fault(bad_400: set[str], bad_500_once: set[str]) -> Any:
 
 
 @pytest.mark.slow
-def test_batch_run_killed_between_upload_and_collect_resumes(tmp_path: Path) -> None:
+def test_batch_run_killed_twice_between_upload_and_collect_resumes(tmp_path: Path) -> None:
     inp = write_samples(tmp_path / "in.jsonl", 12)
     expected = {r["id"]: r for r in online_records(inp, tmp_path)}
     out, cache = tmp_path / "batch.jsonl", tmp_path / "cache"
@@ -144,8 +144,17 @@ def test_batch_run_killed_between_upload_and_collect_resumes(tmp_path: Path) -> 
         assert [j.status for j in state.jobs] == ["creating", "prepared", "prepared"]  # written before each step
         assert len(server.batches) == 1 and len([f for f in server.files.values() if f["purpose"] == "batch"]) == 1
 
-        server.batch_call_delay = {}
-        assert main(argv) == EXIT_OK  # the same command again
+        # The same command again, killed this time while it waits for its batches to end.
+        server.batch_call_delay, server.batch_delay = {}, 60.0
+        proc = subprocess.Popen([sys.executable, "-m", "capjudge.cli", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        while len(server.batches) < 3 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        time.sleep(0.5)  # polling
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        assert [j.status for j in BatchState.load(state_path).jobs] == ["in_progress"] * 3
+        server.batch_delay = 0.3
+        assert main(argv) == EXIT_OK  # and again: it collects, re-submits, collects, writes --out
         assert not state_path.exists() and not work.exists()  # a finished run leaves no state behind
         # Three batches of round 1 (the one created before the kill was found, not created again);
         # round 2 re-submits the lines that expired or failed with 500.
