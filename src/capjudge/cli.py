@@ -1,10 +1,11 @@
-"""The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, agree, cache, probe, html, arena.
+"""The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, agree, cache, probe, html, arena, batch.
 
 Exit codes (:data:`EXIT_CODES_HELP`): 0 the run completed, also with per-sample errors (records in
 the results file, counted in the summary); 3 samples failed for backend reasons (server gone,
 retries exhausted, budget spent: re-running resumes); 1 the backend could not start; 2 a usage
 error, found before any backend is built (paths, columns, backend spec and options: see
-:mod:`capjudge.preflight`); 130 interrupted. Every message, log line and summary passes through
+:mod:`capjudge.preflight`); 4 ``--batch``: batches submitted or in progress
+(:mod:`capjudge.backends.openai.batch_commands`); 130 interrupted. Every message, log line and summary passes through
 :mod:`capjudge.redact`.
 """
 
