@@ -181,7 +181,6 @@ class BatchSession:
         self.imported = 0
         self.import_unused = 0
         self.replay: ReplayBackend | None = None
-        self.messages: list[str] = []
 
     # ------------------------------------------------------------------ plumbing
     @property
