@@ -6,6 +6,7 @@ limits, export/import, cancel, two-step methods, pairs, Azure."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -133,7 +134,7 @@ def test_batch_run_killed_twice_between_upload_and_collect_resumes(tmp_path: Pat
         argv = command(server, inp, out, cache, "--batch", "--wait", "--poll-interval", "0.1", "--batch-max-requests", "5")
         env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
         proc = subprocess.Popen([sys.executable, "-m", "capjudge.cli", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120
         while not server.batches and time.monotonic() < deadline:  # the first batch is created ...
             time.sleep(0.02)
         assert server.batches, "no batch was created"
@@ -147,9 +148,12 @@ def test_batch_run_killed_twice_between_upload_and_collect_resumes(tmp_path: Pat
         # The same command again, killed this time while it waits for its batches to end.
         server.batch_call_delay, server.batch_delay = {}, 60.0
         proc = subprocess.Popen([sys.executable, "-m", "capjudge.cli", *argv], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        while len(server.batches) < 3 and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(0.5)  # polling
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # until all three batches are created and in the state
+            with contextlib.suppress(Exception):
+                if [j.status for j in BatchState.load(state_path).jobs] == ["in_progress"] * 3:
+                    break
+            time.sleep(0.05)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
         assert [j.status for j in BatchState.load(state_path).jobs] == ["in_progress"] * 3
