@@ -109,7 +109,12 @@ def provider_errors() -> Iterator[None]:
         yield
     except openai.OpenAIError as exc:
         err = describe(exc)
-        hint = " (does the server serve the /files and /batches endpoints?)" if getattr(err, "status", None) == 404 else ""
+        hint = (
+            " (the server does not serve the /files and /batches endpoints: a plain vLLM server does not;"
+            " use --batch-export with vLLM's run-batch, or a LiteLLM proxy)"
+            if getattr(err, "status", None) == 404
+            else ""
+        )
         raise BackendError(f"a files/batches call failed: {err}{hint}; the batch state is kept: run the same command again") from exc
 
 
