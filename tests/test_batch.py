@@ -67,10 +67,10 @@ def comparable(rec: dict[str, Any]) -> dict[str, Any]:
     return rec
 
 
-def online_records(inp: Path, tmp: Path, method: str = "fleur", **server_kw: Any) -> list[dict[str, Any]]:
+def online_records(inp: Path, tmp: Path, method: str = "fleur", extra: tuple[str, ...] = (), **server_kw: Any) -> list[dict[str, Any]]:
     with running_server(**server_kw) as online:
         out = tmp / "online.jsonl"
-        assert main(command(online, inp, out, tmp / "online-cache", "--no-cache", method=method)) == EXIT_OK
+        assert main(command(online, inp, out, tmp / "online-cache", "--no-cache", *extra, method=method)) == EXIT_OK
     return read(out)
 
 
@@ -461,3 +461,25 @@ def test_a_request_that_cannot_be_built_gets_the_online_error(tmp_path: Path) ->
         assert server.count == 0 and not server.batches
     assert [r["error"] for r in read(batch)] == [r["error"] for r in read(online)]
     assert all("reads no images" in r["error"] and r["details"]["resumable"] is False for r in read(batch))
+
+
+def test_a_server_refusing_the_penalty_fields_is_asked_again_without(tmp_path: Path) -> None:
+    """As online: the neutral penalty fields (sent to OpenAI-compatible servers) are dropped for the
+    rest of the run when the server refuses them, and the refused lines are asked again."""
+    from openai_fake_server import Reply, default_responder, error_body
+
+    def responder(r: Received) -> Reply:
+        if "repetition_penalty" in r.body:
+            return Reply(status=400, body=error_body("Unrecognized request argument supplied: repetition_penalty"))
+        return default_responder(r)
+
+    inp = write_samples(tmp_path / "in.jsonl", 3)
+    # Online at concurrency 1: requests in flight when the first refusal arrives fail (the online
+    # backend drops the fields for the requests sent after it, not for those already answered).
+    expected = {r["id"]: comparable(r) for r in online_records(inp, tmp_path, extra=("--concurrency", "1"), responder=responder)}
+    out = tmp_path / "b.jsonl"
+    with running_server(responder=responder) as server:
+        argv = command(server, inp, out, tmp_path / "cache", "--batch", "--wait", "--poll-interval", "0.05", "--batch-attempts", "1")
+        assert main(argv) == EXIT_OK
+        assert len(server.batches) == 2 and chat_calls(server) == 0
+    assert {r["id"]: comparable(r) for r in read(out)} == expected

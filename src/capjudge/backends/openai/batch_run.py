@@ -368,10 +368,14 @@ class BatchSession:
         say(f"batch {job.batch_id}: {len(answers)} answered, {len(errors) - exhausted} failed, {len(transient)} expired or not answered")
 
     def _learn_logprobs(self, state: BatchState, status: int | None, message: str, body: dict[str, Any]) -> bool:
-        """A line refused for its log-probabilities: remember it as the online backend does (no
-        logprobs from now on, or at most 5 ``top_logprobs``) so the next round asks without them;
-        ``True`` when the line is to be asked again."""
+        """A line refused for its log-probabilities (or the neutral penalty fields): remember it as
+        the online backend does (no logprobs from now on, at most 5 ``top_logprobs``, no penalty
+        fields) so the next round asks without them; ``True`` when the line is to be asked again."""
         text = message.lower()
+        if status in (400, 422) and "repetition_penalty" in text and "repetition_penalty" in body and "repetition_penalty" not in self.api.extra_body:
+            state.learned["no_penalties"] = True  # as online: no penalty fields from now on
+            self._apply_learned(state)
+            return True
         if status not in (400, 422) or "logprob" not in text or not body.get("logprobs"):
             return False
         if "top_logprobs" in text and int(body.get("top_logprobs") or 0) > AZURE_MAX_TOP_LOGPROBS:
@@ -389,6 +393,8 @@ class BatchSession:
         refused = state.learned.get("logprobs_refused")
         if isinstance(refused, str):
             self.api._logprobs_refused = refused
+        if state.learned.get("no_penalties"):
+            self.api._send_penalties = False
 
     # ------------------------------------------------------------------ export / import
     def _export(self, plan_pass: Callable[[], None], say: Callable[[str], None]) -> None:
