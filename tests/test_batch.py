@@ -374,6 +374,8 @@ def test_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert main([*base, "--backend", "openai-compatible:http://127.0.0.1:9/v1#m", "--batch", "--max-cost", "1"]) == EXIT_USAGE
     assert main([*base, "--backend", "openai-compatible:http://127.0.0.1:9/v1#m", "--batch-import", str(tmp_path / "missing.jsonl")]) == EXIT_USAGE
     assert main(["batch", "status", str(tmp_path / "nothing.jsonl")]) == EXIT_USAGE
+    assert main([*base, "--backend", "openai-compatible:http://127.0.0.1:9/v1#m", "--batch", "--ray"]) == EXIT_USAGE
+    assert "without --ray" in capsys.readouterr().err
 
 
 def test_state_of_another_run_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
