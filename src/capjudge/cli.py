@@ -36,6 +36,7 @@ EXIT_CODES_HELP = """exit codes (score, compare, explain, run-benchmark):
        spent): their records say why; re-run the same command to resume
   4    --batch: batches submitted or still in progress; run the same command
        again (or `capjudge batch collect OUT`) to collect them
+  5    parity --tolerance: the two backends differ beyond the tolerance
   130  interrupted; results written so far are kept
 probe and choose-one exit 0, 1, 2 or 130; meta-eval and report exit 1 when
 nothing could be measured."""

@@ -533,9 +533,13 @@ class OpenAIBackend(Backend):
             except BackendError as exc:
                 status = getattr(exc, "status", None)
                 msg = str(exc).lower()
-                if self._send_penalties and status in (400, 422) and "repetition_penalty" in msg and "repetition_penalty" not in self.extra_body:
-                    log.warning("%s: server refused repetition_penalty, sending no penalties from now on: %s", label, exc)
-                    self._send_penalties = False
+                # Judged by what *this* request sent: requests in flight when the first refusal
+                # arrives were sent with the fields too and are asked again without them.
+                sent = "repetition_penalty" in (params.get("extra_body") or {}) and "repetition_penalty" not in self.extra_body
+                if sent and status in (400, 422) and "repetition_penalty" in msg:
+                    if self._send_penalties:
+                        log.warning("%s: server refused repetition_penalty, sending no penalties from now on: %s", label, exc)
+                        self._send_penalties = False
                     continue
                 if not (with_lp and status in (400, 422) and "logprob" in msg):
                     raise
