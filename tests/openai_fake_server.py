@@ -5,17 +5,29 @@ It speaks ``POST /v1/chat/completions`` (OpenAI and OpenAI-compatible servers) a
 receives (path, query, headers, JSON body), and answers either from a queue of scripted replies
 (:meth:`FakeOpenAIServer.push`) or from a default responder. Replies can carry log-probabilities,
 be errors with ``retry-after`` headers, be slow, or be malformed JSON.
+
+It also speaks the files and batches endpoints (under ``/v1`` and Azure's ``/openai``):
+``POST /files`` (multipart, purpose ``batch``), ``GET /files``, ``GET /files/{id}/content``,
+``POST /batches``, ``GET /batches``, ``GET /batches/{id}``, ``POST /batches/{id}/cancel``. A batch
+is answered ``batch_delay`` seconds after it was created, line by line by the same responder;
+``batch_fault(custom_id, body, batch_number)`` may fail a line with an HTTP status; batches whose
+number (1-based, in creation order) is in ``expire_batches`` expire with half their lines answered.
+``batch_line_counts`` counts every line the server ran, by ``custom_id``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import email.parser
+import email.policy
 import hashlib
+import itertools
 import json
+import re
 import socket
 import threading
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -180,8 +192,23 @@ class FakeOpenAIServer:
         echo_key: bool = False,
         drop_logprobs: bool = False,
         die_after: int | None = None,
+        batch_delay: float = 0.0,
+        batch_fault: Callable[[str, dict[str, Any], int], int | None] | None = None,
+        expire_batches: Sequence[int] = (),
+        batch_call_delay: dict[str, float] | None = None,
     ) -> None:
         self.responder = responder
+        self.batch_delay = batch_delay
+        self.batch_fault = batch_fault
+        self.expire_batches = set(expire_batches)
+        # Seconds an upload ("files") or a batch creation ("batches") waits after it is done and
+        # before it answers: a client killed meanwhile has done it without knowing.
+        self.batch_call_delay = dict(batch_call_delay or {})
+        self.files: dict[str, dict[str, Any]] = {}
+        self.batches: dict[str, dict[str, Any]] = {}
+        self.batch_line_counts: Counter[str] = Counter()
+        self.batch_requests: list[tuple[str, str]] = []  # (method, path) of every files/batches call
+        self._ids = itertools.count(1)
         self.delay = delay
         self.expected_key = expected_key
         self.refuse_logprobs = refuse_logprobs
@@ -247,6 +274,10 @@ class FakeOpenAIServer:
                 return Reply(status=401, body=error_body(f"Incorrect API key provided{shown}", code="invalid_api_key"))
         if scripted is not None:
             return scripted
+        return self._respond(req)
+
+    def _respond(self, req: Received) -> Reply:
+        """The answer of the server's settings and responder (online requests and batch lines)."""
         body = req.body if isinstance(req.body, dict) else {}
         if self.drop_logprobs and body.get("logprobs"):
             req = Received(req.method, req.path, req.query, req.headers, {k: v for k, v in body.items() if k not in ("logprobs", "top_logprobs")})
@@ -258,6 +289,140 @@ class FakeOpenAIServer:
                 body=error_body(f"top_logprobs must be less than or equal to {self.max_top_logprobs}.", param="top_logprobs"),
             )
         return self.responder(req)
+
+    # -- files and batches ---------------------------------------------------------------------
+    def _new_id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids):04d}"
+
+    def _file_object(self, fid: str) -> dict[str, Any]:
+        f = self.files[fid]
+        return {"id": fid, "object": "file", "bytes": len(f["data"]), "created_at": f["created_at"], "filename": f["filename"], "purpose": f["purpose"], "status": "processed"}
+
+    def _batch_object(self, bid: str) -> dict[str, Any]:
+        b = self.batches[bid]
+        return {k: v for k, v in b.items() if not k.startswith("_")}
+
+    def _upload(self, content_type: str, data: bytes) -> Reply:
+        msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(b"Content-Type: " + content_type.encode() + b"\r\n\r\n" + data)
+        fields: dict[str, Any] = {}
+        filename = "upload.jsonl"
+        for part in msg.iter_parts():
+            name = part.get_param("name", header="content-disposition")
+            if part.get_filename():
+                filename = part.get_filename()
+            fields[str(name)] = part.get_payload(decode=True)
+        purpose = (fields.get("purpose") or b"").decode()
+        if purpose != "batch" or "file" not in fields:
+            return Reply(status=400, body=error_body(f"expected a file with purpose batch, got purpose {purpose!r}"))
+        with self._lock:
+            fid = self._new_id("file")
+            self.files[fid] = {"data": fields["file"], "filename": filename, "purpose": purpose, "created_at": int(time.time())}
+        return Reply(body=self._file_object(fid))
+
+    def _create_batch(self, body: dict[str, Any]) -> Reply:
+        fid = body.get("input_file_id")
+        if fid not in self.files:
+            return Reply(status=404, body=error_body(f"no file {fid}"))
+        if body.get("completion_window") != "24h":
+            return Reply(status=400, body=error_body("completion_window must be 24h"))
+        with self._lock:
+            bid = self._new_id("batch")
+            number = len(self.batches) + 1
+            total = sum(1 for line in self.files[fid]["data"].splitlines() if line.strip())
+            self.batches[bid] = {
+                "id": bid, "object": "batch", "endpoint": body.get("endpoint"), "input_file_id": fid,
+                "completion_window": "24h", "status": "in_progress", "created_at": int(time.time()),
+                "output_file_id": None, "error_file_id": None, "metadata": body.get("metadata"),
+                "request_counts": {"total": total, "completed": 0, "failed": 0},
+                "_number": number, "_created": time.monotonic(),
+            }
+        return Reply(body=self._batch_object(bid))
+
+    def _run_batch(self, bid: str) -> None:
+        """Answer a batch's lines (called once, when its delay is over)."""
+        b = self.batches[bid]
+        lines = [json.loads(line) for line in self.files[b["input_file_id"]]["data"].splitlines() if line.strip()]
+        expire = b["_number"] in self.expire_batches
+        done = lines[: len(lines) // 2] if expire else lines
+        out: list[str] = []
+        err: list[str] = []
+        for n, line in enumerate(done):
+            cid = line["custom_id"]
+            self.batch_line_counts[cid] += 1
+            status = self.batch_fault(cid, line["body"], b["_number"]) if self.batch_fault else None
+            if status:
+                resp = {"status_code": status, "request_id": f"req-{n}", "body": error_body(f"scripted failure {status}", type_="server_error" if status >= 500 else "invalid_request_error")}
+                err.append(json.dumps({"id": f"{bid}-{n}", "custom_id": cid, "response": resp, "error": None}))
+                continue
+            req = Received("POST", line["url"], {}, {}, line["body"])
+            reply = self._respond(req)
+            resp = {"status_code": reply.status, "request_id": f"req-{n}", "body": reply.body}
+            (out if reply.status == 200 else err).append(json.dumps({"id": f"{bid}-{n}", "custom_id": cid, "response": resp, "error": None}))
+        for n, line in enumerate(lines[len(done):], start=len(done)):
+            err.append(json.dumps({"id": f"{bid}-{n}", "custom_id": line["custom_id"], "response": None, "error": {"code": "batch_expired", "message": "This request could not be executed before the completion window expired."}}))
+        for kind, rows in (("output_file_id", out), ("error_file_id", err)):
+            if rows:
+                fid = self._new_id("file")
+                self.files[fid] = {"data": ("\n".join(rows) + "\n").encode(), "filename": f"{bid}_{kind}.jsonl", "purpose": "batch_output", "created_at": int(time.time())}
+                b[kind] = fid
+        b["request_counts"] = {"total": len(lines), "completed": len(out), "failed": len(err) - (len(lines) - len(done))}
+        b["status"] = "expired" if expire else "completed"
+
+    def _get_batch(self, bid: str) -> Reply:
+        with self._lock:
+            b = self.batches.get(bid)
+            if b is None:
+                return Reply(status=404, body=error_body(f"no batch {bid}"))
+            if b["status"] == "cancelling":
+                b["status"] = "cancelled"
+            elif b["status"] == "in_progress" and time.monotonic() - b["_created"] >= self.batch_delay:
+                self._run_batch(bid)
+            return Reply(body=self._batch_object(bid))
+
+    def _cancel_batch(self, bid: str) -> Reply:
+        with self._lock:
+            b = self.batches.get(bid)
+            if b is None:
+                return Reply(status=404, body=error_body(f"no batch {bid}"))
+            if b["status"] == "in_progress":
+                b["status"] = "cancelling"
+            return Reply(body=self._batch_object(bid))
+
+    def _batch_route(self, method: str, path: str, query: dict[str, list[str]], headers: dict[str, str], data: bytes) -> Reply | None:
+        """The files and batches endpoints (``None``: not one of them)."""
+        m = re.match(r"^/(?:v1|openai)(/(?:files|batches).*)$", path)
+        if not m:
+            return None
+        route = m.group(1)
+        with self._lock:
+            self.batch_requests.append((method, route))
+        if method == "POST" and route == "/files":
+            reply = self._upload(headers.get("content-type", ""), data)
+            time.sleep(self.batch_call_delay.get("files", 0.0))
+            return reply
+        if method == "GET" and route == "/files":
+            purpose = (query.get("purpose") or [None])[0]
+            with self._lock:
+                rows = [self._file_object(f) for f in sorted(self.files, reverse=True) if purpose is None or self.files[f]["purpose"] == purpose]
+            return Reply(body={"object": "list", "data": rows, "has_more": False})
+        fm = re.match(r"^/files/([^/]+)/content$", route)
+        if method == "GET" and fm:
+            f = self.files.get(fm.group(1))
+            return Reply(raw=f["data"]) if f else Reply(status=404, body=error_body("no such file"))
+        if method == "POST" and route == "/batches":
+            reply = self._create_batch(json.loads(data or b"{}"))
+            time.sleep(self.batch_call_delay.get("batches", 0.0))
+            return reply
+        if method == "GET" and route == "/batches":
+            with self._lock:
+                rows = [self._batch_object(b) for b in sorted(self.batches, reverse=True)]
+            return Reply(body={"object": "list", "data": rows, "has_more": False})
+        bm = re.match(r"^/batches/([^/]+)(/cancel)?$", route)
+        if bm and method == "GET" and not bm.group(2):
+            return self._get_batch(bm.group(1))
+        if bm and method == "POST" and bm.group(2):
+            return self._cancel_batch(bm.group(1))
+        return Reply(status=404, body=error_body(f"no route {method} {path}"))
 
     def start(self) -> FakeOpenAIServer:
         """Start serving on a free port in a background thread."""
@@ -283,12 +448,36 @@ class FakeOpenAIServer:
                 with contextlib.suppress(OSError):
                     super().finish()
 
+            def _send(self, reply: Reply) -> None:
+                payload = reply.raw if reply.raw is not None else json.dumps(reply.body).encode()
+                try:
+                    self.send_response(reply.status)
+                    self.send_header("Content-Type", "application/octet-stream" if reply.raw is not None else "application/json")
+                    self.send_header("Content-Length", str(len(payload)))
+                    self.end_headers()
+                    self.wfile.write(payload)
+                except OSError:
+                    self.close_connection = True
+
+            def do_GET(self) -> None:  # noqa: N802 - http.server naming
+                if server.dead:
+                    self.close_connection = True
+                    return
+                split = urlsplit(self.path)
+                reply = server._batch_route("GET", split.path, parse_qs(split.query), {k.lower(): v for k, v in self.headers.items()}, b"")
+                self._send(reply or Reply(status=404, body=error_body(f"no route {split.path}")))
+
             def do_POST(self) -> None:  # noqa: N802 - http.server naming
                 if server.dead:  # a dead server answers nothing
                     self.close_connection = True
                     return
                 length = int(self.headers.get("Content-Length") or 0)
                 data = self.rfile.read(length) if length else b""
+                split0 = urlsplit(self.path)
+                batch_reply = server._batch_route("POST", split0.path, parse_qs(split0.query), {k.lower(): v for k, v in self.headers.items()}, data)
+                if batch_reply is not None:
+                    self._send(batch_reply)
+                    return
                 try:
                     body = json.loads(data) if data else None
                 except ValueError:

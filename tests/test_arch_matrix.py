@@ -42,7 +42,7 @@ def backend_of(tiny_vlm):
 
     def get(arch: str) -> HFBackend:
         if arch not in loaded:
-            loaded[arch] = HFBackend(str(tiny_vlm(arch)), chat_format=ARCHITECTURES[arch].chat_format, batch_size=4)
+            loaded[arch] = HFBackend(str(tiny_vlm(arch)), batch_size=4)  # the judge preset chosen from config.json
         return loaded[arch]
 
     yield get

@@ -162,12 +162,13 @@ def test_methods_lists_full_names_sources_and_decoding_when_piped() -> None:
         m = get_method(name)
         assert m.decoding() in lines[block + 2], name  # never shortened
         assert m.paper in lines[block + 1], name
-    assert "gpt4v-pairwise    pairwise, verdict A, B or tie" in out
+    width = max(len(n) for n in list_methods())  # names padded to the longest one
+    assert f"{'gpt4v-pairwise':<{width}}  pairwise, verdict A, B or tie" in out
     assert "visce2-code" in out and "sampled T=0.2, <= 1024 tokens" in out
     assert "https://aclanthology.org/2024.acl-long.205" in out and "seed 00" not in out
     rows = [json.loads(x) for x in subprocess.run([sys.executable, "-m", "capjudge.cli", "methods", "--json"], capture_output=True, text=True, env=env, check=True).stdout.splitlines()]
     fleur = next(r for r in rows if r["method"] == "fleur")
-    assert fleur["options"] == {"second_decimal": "official"} and fleur["scale"] == "0-1" and fleur["source_url"]
+    assert fleur["options"] == {"second_decimal": "official", "answer_form": "decimal"} and fleur["scale"] == "0-1" and fleur["source_url"]
 
 
 def test_method_option_on_the_command_line(tmp_path: Path) -> None:

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from capjudge.backends.base import BackendError, GenerationConfig, Message, PromptTokens, Request
+from capjudge.backends.base import (
+    BackendError,
+    Completion,
+    GenerationConfig,
+    Message,
+    PromptTokens,
+    Request,
+)
 from capjudge.backends.openai import OpenAIBackend
 from capjudge.backends.options import OptionError
 from capjudge.backends.registry import check_backend, load_backend
@@ -128,7 +135,7 @@ def test_parity_cli_exit_codes(example_images: list[Path], tmp_path: Path, capsy
     assert main([*base, "--a", "scripted:0.8", "--b", "scripted:0.8", "--tolerance", "0"]) == 0
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rep["n_both"] == 2 and rep["max_abs_diff"] == 0 and any("unreadable row" in n for n in rep["notes"])
-    assert main([*base, "--a", "scripted:0.8", "--b", "scripted:0.7", "--tolerance", "0.05"]) == 4
+    assert main([*base, "--a", "scripted:0.8", "--b", "scripted:0.7", "--tolerance", "0.05"]) == 5
     rep = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rep["max_abs_diff"] == pytest.approx(0.1)
     assert main([*base, "--a", "scripted:0.8", "--b", "scripted:0.7"]) == 0  # no tolerance: a report only
@@ -195,6 +202,22 @@ def test_server_refusing_repetition_penalty_is_asked_again_without() -> None:
         assert ["repetition_penalty" in r.body for r in srv.received] == [True, False, False]
         # A server without vLLM's /tokenize shows no prompt tokens.
         assert b.prompt_tokens(_req()) is None
+        b.close()
+
+
+def test_requests_in_flight_when_the_penalty_fields_are_refused_are_asked_again() -> None:
+    def responder(r: Received) -> Reply:
+        if "repetition_penalty" in r.body:
+            return Reply(status=400, body=error_body("Unrecognized request argument supplied: repetition_penalty"))
+        return default_responder(r)
+
+    with running_server(responder=responder, delay=0.2) as srv:
+        b = load_backend(f"openai-compatible:{srv.base_url}#m", retry_base_delay=0.01, concurrency=8)
+        outs = b.generate([_req() for _ in range(8)])
+        assert all(isinstance(o, Completion) and o.text for o in outs), outs
+        sent = ["repetition_penalty" in r.body for r in srv.received]
+        assert sent.count(True) >= 2  # several were in flight with the fields
+        assert sent.count(False) == 8  # every request answered once without them
         b.close()
 
 

@@ -47,16 +47,17 @@ def test_corpus_is_large_and_mixed() -> None:
     sources = {row.get("source") for row in CORPUS}
     assert len(CORPUS) >= 100
     assert kinds == {"score", "verdict", "list"}
-    assert {"visce2", "fleur", "clair", "mtbench", "llava", "gpt4v", "vicuna"} <= sources
+    assert {"visce2", "fleur", "clair", "mtbench", "llava", "gpt4v", "vicuna", "minigpt", "llava-critic"} <= sources
 
 
 @pytest.mark.parametrize("row", CORPUS, ids=[_case_id(i, r) for i, r in enumerate(CORPUS)])
 def test_corpus(row: dict[str, Any]) -> None:
     kind, text, expected = row["kind"], row["text"], row["expected"]
     if kind == "score":
-        details = parse_score_details(text, low=row["low"], high=row["high"])
+        form = row.get("answer_form", "decimal")
+        details = parse_score_details(text, low=row["low"], high=row["high"], answer_form=form)
         assert _close(details.value, expected), details
-        assert _close(parse_score(text, low=row["low"], high=row["high"]), expected)
+        assert _close(parse_score(text, low=row["low"], high=row["high"], answer_form=form), expected)
         if expected is None:
             assert details.reason, "a failed parse must say why"
         else:
@@ -381,3 +382,35 @@ def test_long_answer_keeps_head_and_tail() -> None:
     assert parse_score("Score: 85\n" + filler) == 85
     assert parse_score(filler + "\nFinal score: 70") == 70
     assert parse_verdict(filler + "\nFinal verdict: Answer 2") == "B"
+
+
+# ---------------------------------------------------------------- MiniGPT-v2's spaced decimals
+
+
+@pytest.mark.parametrize("text", ["0 5", "0 9", "1 0", "0 85", "Score: 0 7", "**0 5**."])
+def test_spaced_decimal_is_never_misread_by_default(text: str) -> None:
+    """FLEUR paper, Sec. 5.4: MiniGPT-v2 answers "0 5" for 0.5. A first-number rule would read 0;
+    by default the answer is no score and the reason names the option that reads it."""
+    d = parse_score_details(text, low=0, high=1)
+    assert d.value is None and d.rule == "spaced"
+    assert d.reason is not None and "answer_form=spaced" in d.reason
+    spaced = parse_score_details(text, low=0, high=1, answer_form="spaced")
+    assert spaced.value is not None and spaced.rule == "spaced" and spaced.reason is None
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0.5", 0.5),  # a decimal answer reads the same under both forms
+        ("I see 0 5 dogs", 0.0),  # not the whole answer: never a spaced decimal
+        ("Image 1 shows 2 dogs. 0.4", 0.4),
+    ],
+)
+def test_spaced_form_leaves_other_answers_alone(text: str, expected: float) -> None:
+    for form in ("decimal", "spaced"):
+        assert parse_score(text, low=0, high=1, answer_form=form) == expected  # type: ignore[arg-type]
+
+
+def test_spaced_rule_only_on_fractional_scales() -> None:
+    assert parse_score_details("7 8", low=0, high=100).rule != "spaced"
+    assert parse_score_details("0 5", low=0, high=100, answer_form="spaced").rule != "spaced"

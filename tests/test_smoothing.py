@@ -157,3 +157,58 @@ def test_flip_and_grading() -> None:
     assert verdict_from_scores(10, 80) == "B"
     assert verdict_from_scores(0.5, 0.5) == "tie"
     assert verdict_from_scores(None, 0.5) is None
+
+
+# ---------------------------------------------------------------- MiniGPT-v2's spaced answers ("0 5")
+def test_spaced_answer_per_digit_tokenizer() -> None:
+    """LLaMA-2 (MiniGPT-v2's LLM) writes "0 5" as "▁", "0", "▁", "5": the first decimal is the
+    digit token after the space token."""
+    steps = _steps(["▁", "0", "▁", "5"], {1: [1.0] + [0.0] * 9, 3: APPENDIX_B_FIRST})
+    assert smooth_from_steps(steps) is None  # no decimal point: not a decimal answer
+    sm = smooth_from_steps(steps, expected=0.5, answer_form="spaced")
+    assert sm is not None and sm.raw_score == 0.5 and sm.second is None
+    assert sm.first == pytest.approx(APPENDIX_B_FIRST)
+    assert sm.score == pytest.approx(expected_digit_score(APPENDIX_B_FIRST))
+
+
+def test_spaced_answer_two_decimals_and_exactly_one() -> None:
+    steps = _steps(["0", "▁", "8", "5"], {2: APPENDIX_B_FIRST, 3: APPENDIX_B_SECOND})
+    sm = smooth_from_steps(steps, expected=0.85, answer_form="spaced")
+    assert sm is not None and sm.raw_score == 0.85
+    assert sm.score == pytest.approx(0.80617, abs=5e-6)
+    units = [0.3, 0.7] + [0.0] * 8
+    sm1 = smooth_from_steps(_steps(["1", "▁", "0"], {0: units, 2: [1.0] + [0.0] * 9}), expected=1.0, answer_form="spaced")
+    assert sm1 is not None and sm1.score == pytest.approx(0.9 * 0.3 + 0.7)
+
+
+def test_spaced_answer_with_the_space_merged_into_the_digit_token() -> None:
+    """A tokenizer that glues the space to the digit (" 5") and one that gives the space its own
+    token carry the same distribution at the digit: both smooth alike."""
+    dist = [0.02, 0.03, 0.05, 0.1, 0.1, 0.4, 0.2, 0.05, 0.03, 0.02]
+    top_glued = tuple((f" {d}", math.log(p)) for d, p in enumerate(dist))
+    glued = [TokenStep("0", 0.0, top=(("0", 0.0),)), TokenStep(" 5", math.log(0.4), top=top_glued)]
+    top_bare = tuple((str(d), math.log(p)) for d, p in enumerate(dist))
+    apart = [TokenStep("0", 0.0, top=(("0", 0.0),)), TokenStep(" ", 0.0, top=((" ", 0.0),)), TokenStep("5", math.log(0.4), top=top_bare)]
+    a = smooth_from_steps(glued, expected=0.5, answer_form="spaced")
+    b = smooth_from_steps(apart, expected=0.5, answer_form="spaced")
+    assert a is not None and b is not None
+    assert a.score == pytest.approx(b.score, abs=1e-12) == pytest.approx(0.1 * sum(i * p for i, p in enumerate(dist)))
+
+
+def test_spaced_answer_merged_decimals_match_per_digit() -> None:
+    """"0 63" from a digit-merging tokenizer ("63" one token) and from a per-digit one smooth to
+    the same score: the second decimal is read given the printed first."""
+    first = [0.05, 0.05, 0.1, 0.1, 0.1, 0.1, 0.3, 0.1, 0.05, 0.05]
+    cond6 = [0.1, 0.1, 0.1, 0.4, 0.1, 0.05, 0.05, 0.05, 0.025, 0.025]
+    per_digit = [
+        TokenStep("0", 0.0, top=(("0", 0.0),)),
+        TokenStep("▁", 0.0, top=(("▁", 0.0),)),
+        TokenStep("6", math.log(0.3), top=tuple((str(d), math.log(p)) for d, p in enumerate(first))),
+        TokenStep("3", math.log(0.4), top=tuple((str(x), math.log(p)) for x, p in enumerate(cond6))),
+    ]
+    merged_top = tuple((f"6{x}", math.log(0.3 * p)) for x, p in enumerate(cond6)) + tuple((f"{d}0", math.log(p)) for d, p in enumerate(first) if d != 6)
+    merged = [per_digit[0], per_digit[1], TokenStep("63", math.log(0.12), top=merged_top)]
+    a = smooth_from_steps(per_digit, expected=0.63, answer_form="spaced")
+    b = smooth_from_steps(merged, expected=0.63, answer_form="spaced")
+    assert a is not None and b is not None
+    assert b.score == pytest.approx(a.score, abs=1e-12)

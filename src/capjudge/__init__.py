@@ -22,6 +22,8 @@ __all__ = [
     "list_methods",
     "get_method",
     "register_template",
+    "list_presets",
+    "get_preset",
     "results_frame",
     "agree",
     "__version__",
@@ -37,11 +39,14 @@ _LAZY = {
     "list_methods": "capjudge.prompts.registry",
     "get_method": "capjudge.prompts.registry",
     "register_template": "capjudge.prompts.registry",
+    "list_presets": "capjudge.backends.presets",
+    "get_preset": "capjudge.backends.presets",
     "results_frame": "capjudge.frames",
     "agree": "capjudge.metaeval.agree",
 }
 
 if TYPE_CHECKING:
+    from capjudge.backends.presets import get_preset, list_presets
     from capjudge.backends.registry import load_backend
     from capjudge.frames import results_frame
     from capjudge.judges.judge import Judge

@@ -1,10 +1,11 @@
-"""The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, agree, cache, probe, html, arena.
+"""The ``capjudge`` command line: score, compare, explain, demo, methods, meta-eval, agree, cache, probe, html, arena, batch.
 
 Exit codes (:data:`EXIT_CODES_HELP`): 0 the run completed, also with per-sample errors (records in
 the results file, counted in the summary); 3 samples failed for backend reasons (server gone,
 retries exhausted, budget spent: re-running resumes); 1 the backend could not start; 2 a usage
 error, found before any backend is built (paths, columns, backend spec and options: see
-:mod:`capjudge.preflight`); 130 interrupted. Every message, log line and summary passes through
+:mod:`capjudge.preflight`); 4 ``--batch``: batches submitted or in progress
+(:mod:`capjudge.backends.openai.batch_commands`); 130 interrupted. Every message, log line and summary passes through
 :mod:`capjudge.redact`.
 """
 
@@ -18,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from capjudge.backends.openai import batch_commands
 from capjudge.cli_errors import UsageError
 
 T = TypeVar("T")
@@ -32,6 +34,9 @@ EXIT_CODES_HELP = """exit codes (score, compare, explain, run-benchmark):
        folder, missing columns, unwritable --out): found before any model loads
   3    samples failed for backend reasons (server gone, retries exhausted, budget
        spent): their records say why; re-run the same command to resume
+  4    --batch: batches submitted or still in progress; run the same command
+       again (or `capjudge batch collect OUT`) to collect them
+  5    parity --tolerance: the two backends differ beyond the tolerance
   130  interrupted; results written so far are kept
 probe and choose-one exit 0, 1, 2 or 130; meta-eval and report exit 1 when
 nothing could be measured."""
@@ -97,6 +102,13 @@ def _method_with_template(method_name: str, template: str | None, template_file:
 def _backend_options(args: argparse.Namespace) -> dict[str, Any]:
     """``--backend-opt`` pairs plus the API flags (``--concurrency`` ...), checked for the kind."""
     options = _parse_options(args.backend_opt)
+    if getattr(args, "judge", None):
+        from capjudge.backends.presets import UnknownPresetError, preset_options
+
+        try:
+            options = {**preset_options(args.backend.split(":", 1)[0], args.judge), **options}
+        except (UnknownPresetError, ValueError) as exc:
+            raise UsageError(f"--judge {args.judge}: {exc}") from None
     api_flags = {k: getattr(args, k, None) for k in ("concurrency", "max_cost", "prices", "detail")}
     api_flags = {k: v for k, v in api_flags.items() if v is not None}
     if api_flags:
@@ -144,11 +156,8 @@ def _preflight(
     check_backend(args.backend, _backend_options(args))
 
 
-def _make_judge(args: argparse.Namespace, method: Any) -> Any:
-    from capjudge.backends.registry import UnknownBackendError
-    from capjudge.judges.judge import Judge
-    from capjudge.prompts.registry import TemplateError, UnknownMethodError
-
+def _judge_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """:class:`~capjudge.judges.judge.Judge`'s keyword arguments from the command line."""
     cache_dir = None
     if not getattr(args, "no_cache", False):
         from capjudge.backends.cache import default_cache_dir
@@ -161,19 +170,24 @@ def _make_judge(args: argparse.Namespace, method: Any) -> Any:
         from capjudge.prompts.registry import LLAVA_V1_SYSTEM
 
         system = LLAVA_V1_SYSTEM
-    options = _backend_options(args)
+    return {
+        "cache_dir": cache_dir,
+        "system": system,
+        "images_root": args.images,
+        "batch_size": args.batch_size,
+        "max_new_tokens": getattr(args, "max_new_tokens", None),
+        "backend_options": _backend_options(args),
+        "method_options": _parse_options(getattr(args, "method_option", None), "--method-option"),
+    }
+
+
+def _make_judge(args: argparse.Namespace, method: Any) -> Any:
+    from capjudge.backends.registry import UnknownBackendError
+    from capjudge.judges.judge import Judge
+    from capjudge.prompts.registry import TemplateError, UnknownMethodError
+
     try:
-        judge = Judge(
-            method,
-            args.backend,
-            cache_dir=cache_dir,
-            system=system,
-            images_root=args.images,
-            batch_size=args.batch_size,
-            max_new_tokens=getattr(args, "max_new_tokens", None),
-            backend_options=options,
-            method_options=_parse_options(getattr(args, "method_option", None), "--method-option"),
-        )
+        judge = Judge(method, args.backend, **_judge_kwargs(args))
     except ValueError as exc:
         # Bad option values (a concurrency of 0, an unknown price, ...) are usage errors; the
         # subclasses that name an unknown method or backend are reported as they are.
@@ -189,12 +203,16 @@ def _usage_rows(judge: Any) -> list[tuple[str, str]]:
     if usage is None or not hasattr(usage, "summary"):
         return []
     u = usage.summary()
-    return [
+    batch = u.get("batch_calls") or 0
+    rows = [
         ("API calls", str(u["calls"])),
         ("tokens in/out", f"{u['prompt_tokens']}/{u['completion_tokens']}"),
         ("cost (USD)", f"{u['cost_usd']:.4f}"),
-        ("not sent (budget)", str(u["budget_refused"])),
     ]
+    if batch:  # batch lines are billed at batch prices (usage.BATCH_DISCOUNT of the standard ones)
+        rows.append(("  calls at batch prices", f"{batch} of {u['calls']}"))
+    rows.append(("not sent (budget)", str(u["budget_refused"])))
+    return rows
 
 
 def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None) -> None:
@@ -206,7 +224,8 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
     p.add_argument("--images", default=None, help="folder that relative image paths are resolved against")
     p.add_argument("--template", default=None, help="run the method with another registered template")
     p.add_argument("--template-file", default=None, help="run the method with your own Jinja template file (sandboxed)")
-    p.add_argument("--system", default="auto", help="system turn: auto (paper default for local LLaVA), none, llava_v1, or your own sentence")
+    p.add_argument("--judge", default=None, metavar="PRESET", help="judge preset of a local model: how its family is prompted (see `capjudge judges`); hf: models choose it from their config when omitted; explicit --backend-opt settings win")
+    p.add_argument("--system", default="auto", help="system turn: auto (the judge preset's: the paper's sentence for LLaVA-1.5, the model's own default otherwise), none, llava_v1, or your own sentence")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override the method's answer length (tokens)")
     p.add_argument("--method-option", action="append", metavar="KEY=VALUE", help="method option, repeatable: second_decimal=official|printed (FLEUR smoothing), no_number=error|zero (VisCE2 *-code), temperature=T")
     p.add_argument("--batch-size", type=int, default=64, help="samples handed to the backend together (default 64)")
@@ -216,7 +235,7 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
     p.add_argument("--limit", type=int, default=None, help="judge only the first N rows")
     p.add_argument("--quiet", action="store_true", help="no progress bar or summary table")
     api = p.add_argument_group("API judges (openai, azure, openai-compatible)")
-    api.add_argument("--concurrency", type=int, default=None, help="API requests in flight at once (default 8)")
+    api.add_argument("--concurrency", type=int, default=None, help="API requests in flight at once (default 8; with --ray, per actor)")
     api.add_argument("--max-cost", type=float, default=None, metavar="USD", help="stop before the run spends more than this; requests not sent become error records")
     api.add_argument("--prices", default=None, metavar="JSON", help="price overrides: JSON file of model -> {\"input\": USD/1M, \"output\": USD/1M}")
     api.add_argument("--detail", choices=("low", "high", "auto"), default=None, help="image detail for OpenAI models")
@@ -341,18 +360,25 @@ def _cmd_score(args: argparse.Namespace) -> int:
     if method.kind == "pairwise":
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
     _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)])
+    batch_commands.check_batch_args(args)
     rows = list(read_samples(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
+    _check_ray_args(args)
     tally = RunTally(method=method.name, smoothing=bool(method.smoothing))
     t0 = time.perf_counter()
-    with _make_judge(args, method) as judge:
+    with _make_judge(args, method) as judge, _score_stream(args, judge, method) as stream:
         # What every record of this run says about how it was made (as _bad_row_result writes it).
-        plan = _resume_plan(args, rows, score_key, {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash})
-        for kept in _kept_results(plan, ScoreResult):
-            tally.add(kept)
-        for res in _run_rows(args, judge, rows, plan, judge.score_stream, lambda row: _bad_row_result(row, method, judge), f"{method.name} on {judge.backend_spec}"):
-            tally.add(res)
+        fields = {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash}
+        plan = _resume_plan(args, rows, score_key, fields)
+        session = batch_commands.session_for(args, judge, fields, _backend_options(args))
+        with batch_commands.batch_run(session, args, batch_commands.planning_pass(judge, rows, plan, judge.score_stream)) as outcome:
+            if outcome != "ready":
+                return batch_commands.pending_exit(session, outcome)
+            for kept in _kept_results(plan, ScoreResult):
+                tally.add(kept)
+            for res in _run_rows(args, judge, rows, plan, stream, lambda row: _bad_row_result(row, method, judge), f"{method.name} on {judge.backend_spec}"):
+                tally.add(res)
         usage = _usage_rows(judge)
     if not args.quiet:
         con = _console(stderr=False)
@@ -364,6 +390,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
             ("seconds", f"{time.perf_counter() - t0:.1f}"),
             ("results", str(args.out)),
             *usage,
+            *(session.summary_rows() if session is not None else []),
         ]
         con.print(_summary_table("capjudge score", rows_out))
         if tally.failed:
@@ -371,6 +398,29 @@ def _cmd_score(args: argparse.Namespace) -> int:
         _resume_note(con, plan)
     _html_report(args)
     return _finish(tally)
+
+
+def _check_ray_args(args: argparse.Namespace) -> None:
+    """``--ray`` options: checked before the backend is built (usage errors, exit 2)."""
+    if args.ray is None:
+        if args.ray_actors is not None or args.ray_gpus_per_actor is not None:
+            raise UsageError("--ray-actors and --ray-gpus-per-actor need --ray")
+        return
+    from capjudge.distributed.commands import check_ray_args
+
+    check_ray_args(args)
+
+
+def _score_stream(args: argparse.Namespace, judge: Any, method: Any) -> Any:
+    """A context giving the function that judges a list of rows: ``judge.score_stream``, or with
+    ``--ray`` the same records made by judges on Ray actors (one Ray session for the command)."""
+    if args.ray is None:
+        from contextlib import nullcontext
+
+        return nullcontext(judge.score_stream)
+    from capjudge.distributed.commands import ray_score_stream
+
+    return ray_score_stream(args, judge, method, _judge_kwargs(args), _console())
 
 
 def _html_report(args: argparse.Namespace) -> None:
@@ -397,6 +447,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     if mode == "grading" and method.kind != "score":
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
     _preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out, reports=[("--html", args.html)])
+    batch_commands.check_batch_args(args)
     rows = list(read_pairs(args.input))
     if args.limit is not None:
         rows = rows[: args.limit]
@@ -405,6 +456,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     with _make_judge(args, method) as judge:
         run = run_fields(judge, mode)
         plan = _resume_plan(args, rows, pair_key, run)
+        session = batch_commands.session_for(args, judge, run, _backend_options(args))
 
         def bad_row(row: Any) -> PairResult:
             return PairResult(image="", caption_a="", caption_b="", verdict=None, method=run["method"], backend=judge.backend_spec, model=judge.backend.model, template_hash=run["template_hash"], mode=run["mode"], status="error", error=row.error, id=str(row.line))
@@ -412,10 +464,13 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         def stream(pairs: list[Any]) -> Iterator[tuple[int, Any]]:
             return judge.compare_stream(pairs, mode=mode)  # type: ignore[no-any-return]
 
-        for kept in _kept_results(plan, PairResult):
-            tally.add(kept)
-        for res in _run_rows(args, judge, rows, plan, stream, bad_row, f"compare with {method.name}"):
-            tally.add(res)
+        with batch_commands.batch_run(session, args, batch_commands.planning_pass(judge, rows, plan, stream)) as outcome:
+            if outcome != "ready":
+                return batch_commands.pending_exit(session, outcome)
+            for kept in _kept_results(plan, PairResult):
+                tally.add(kept)
+            for res in _run_rows(args, judge, rows, plan, stream, bad_row, f"compare with {method.name}"):
+                tally.add(res)
         usage = _usage_rows(judge)
     if not args.quiet:
         con = _console(stderr=False)
@@ -435,6 +490,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
                     ("seconds", f"{time.perf_counter() - t0:.1f}"),
                     ("results", str(args.out)),
                     *usage,
+                    *(session.summary_rows() if session is not None else []),
                 ],
             )
         )
@@ -557,6 +613,35 @@ def _cmd_methods(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+# --------------------------------------------------------------------------------------- judges
+def _cmd_judges(args: argparse.Namespace) -> int:
+    import json
+
+    from capjudge.backends.presets import METHOD_SYSTEM, list_presets
+
+    presets = list_presets()
+    if args.json:
+        for preset in presets:
+            print(json.dumps(preset.as_row(), ensure_ascii=False))
+        return EXIT_OK
+    # Plain lines, never shortened (as `capjudge methods`).
+    width = max(len(p.name) for p in presets)
+    for p in presets:
+        system = {METHOD_SYSTEM: "method's sentence", None: "model's default"}.get(p.default_system, repr(p.default_system))
+        print(f"{p.name:<{width}}  {p.family}")
+        pad = " " * (width + 2)
+        print(f"{pad}chosen for: {p.detected_by or 'model_type ' + ', '.join(p.model_types)}; backends: {', '.join(p.backends)}")
+        print(f"{pad}chat {p.chat_format}, system {p.system_policy} ({system}), images {p.image_tokens}, pad_square {str(p.pad_square).lower()}, GPU dtype {p.dtype}")
+        if p.notes:
+            print(f"{pad}{p.notes}")
+    print()
+    print("hf: models choose their preset from config.json (model_type) unless --judge names one; --backend-opt")
+    print("chat_format=, system_policy=, pad_square=, dtype= override single settings. llamacpp: models choose")
+    print("their prompt format from the GGUF headers; --judge sets it (prompt_format) and the system default.")
+    print("API servers apply the model's own chat template: presets do not apply to them.")
+    return EXIT_OK
+
+
 # ----------------------------------------------------------------------------------------- demo
 def _cmd_demo(args: argparse.Namespace) -> int:
     from capjudge.demo import run_demo
@@ -585,7 +670,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption[, references, id]")
     p.add_argument("--out", required=True, help="results JSONL (one record per input row)")
     _add_resume(p)
+    batch_commands.add_batch_options(p)
     add_html_option(p)
+    scale = p.add_argument_group("many judges at once through Ray (pip install 'capjudge[ray]'; docs/ray.md)")
+    scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS", help="judge on Ray actors, one judge (one model) each: a running cluster's ADDRESS (auto, HOST:6379, ray://HOST:10001), or none for $RAY_ADDRESS or a local instance")
+    scale.add_argument("--ray-actors", type=int, default=None, metavar="N", help="judges running at once (default: the cluster's GPUs / --ray-gpus-per-actor, else 1); an API backend's --concurrency applies to each")
+    scale.add_argument("--ray-gpus-per-actor", type=float, default=None, metavar="G", help="GPUs each actor holds (default 1 for hf: and llamacpp: on a cluster with GPUs, else 0)")
     p.set_defaults(func=_cmd_score)
 
     p = sub.add_parser("compare", help="A/B comparison of caption pairs (dual-sided or by grading)", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -594,6 +684,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", required=True, help="results JSONL")
     p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: ask both orders and vote (the GPT-4V evaluator paper); grading: higher single score wins; auto: by method")
     _add_resume(p)
+    batch_commands.add_batch_options(p)
     add_html_option(p)
     p.set_defaults(func=_cmd_compare)
 
@@ -611,6 +702,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object per method")
     p.set_defaults(func=_cmd_methods)
 
+    p = sub.add_parser("judges", help="list the judge presets: chat format, system policy, image tokens, padding, dtype, backends")
+    p.add_argument("--json", action="store_true", help="one JSON object per preset")
+    p.set_defaults(func=_cmd_judges)
+
     p = sub.add_parser("demo", help="run the full pipeline on the bundled example images")
     p.add_argument("--backend", default=None, help="a real backend to use (default: a tiny random model built offline; its scores are meaningless)")
     p.add_argument("--out-dir", default="out/demo", help="where the demo writes its inputs and results (default out/demo)")
@@ -625,6 +720,7 @@ def build_parser() -> argparse.ArgumentParser:
         ("capjudge.report.commands", "register"),
         ("capjudge.arena.commands", "register"),
         ("capjudge.parity.commands", "register"),
+        ("capjudge.backends.openai.batch_commands", "register"),
     ):
         _register_optional(sub, module, func)
     return parser
@@ -678,6 +774,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return EXIT_USAGE
+    args.argv = list(argv) if argv is not None else sys.argv[1:]  # batch mode keeps the command
     undo_logging = _logging(args.verbose)
     try:
         return _run(args)

@@ -64,7 +64,21 @@ DEFAULT_PRICES: dict[str, Price] = {
     "gpt-5-nano": Price(0.05, 0.40),
 }
 
+BATCH_DISCOUNT = 0.5
+"""Batch prices as a share of the standard ones: OpenAI's Batch API and Azure OpenAI's Global Batch
+deployments both bill 50% of the standard price of input and output tokens."""
+
 PriceSource = Union["PriceTable", Mapping[str, Any], str, Path, None]
+
+
+def _to_batch_price(value: Any, name: str) -> Price | None:
+    """The explicit batch price of a price-file entry (``batch_input`` / ``batch_output``), if any."""
+    if not isinstance(value, Mapping) or ("batch_input" not in value and "batch_output" not in value):
+        return None
+    try:
+        return Price(float(value["batch_input"]), float(value["batch_output"]))
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"batch price of {name!r} needs numeric 'batch_input' and 'batch_output' (USD per 1M tokens): {value!r}") from exc
 
 
 def _to_price(value: Any, name: str) -> Price:
@@ -86,8 +100,14 @@ class PriceTable:
 
     def __init__(self, prices: Mapping[str, Any] | None = None, *, include_defaults: bool = True) -> None:
         self.prices: dict[str, Price] = dict(DEFAULT_PRICES) if include_defaults else {}
+        # Explicit batch prices (``batch_input`` / ``batch_output`` in a price file); other models'
+        # batch price is BATCH_DISCOUNT of their standard price.
+        self.batch_prices: dict[str, Price] = {}
         for name, value in (prices or {}).items():
             self.prices[name.lower()] = _to_price(value, name)
+            batch = _to_batch_price(value, name)
+            if batch is not None:
+                self.batch_prices[name.lower()] = batch
 
     @classmethod
     def load(cls, source: PriceSource = None) -> PriceTable:
@@ -126,9 +146,21 @@ class PriceTable:
                 best = key
         return self.prices[best] if best is not None else None
 
-    def cost(self, model: str | None, usage: Usage | None) -> float | None:
-        """The cost of one call, or ``None`` when the model has no price."""
-        price = self.lookup(model)
+    def batch_lookup(self, model: str | None) -> Price | None:
+        """The batch price of ``model``: its explicit batch price from a price file, else
+        :data:`BATCH_DISCOUNT` of its standard price (``None`` when the table does not know it)."""
+        standard = self.lookup(model)
+        if standard is None or model is None:
+            return None
+        for key, value in self.prices.items():
+            if value is standard and key in self.batch_prices:
+                return self.batch_prices[key]
+        return Price(standard.input * BATCH_DISCOUNT, standard.output * BATCH_DISCOUNT)
+
+    def cost(self, model: str | None, usage: Usage | None, *, batch: bool = False) -> float | None:
+        """The cost of one call (at batch prices with ``batch=True``), or ``None`` when the model
+        has no price."""
+        price = self.batch_lookup(model) if batch else self.lookup(model)
         if price is None or usage is None:
             return None
         return price.cost(usage.prompt_tokens, usage.completion_tokens)
@@ -141,6 +173,7 @@ class _ModelTotals:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     unpriced_calls: int = 0
+    batch_calls: int = 0
 
 
 @dataclass
@@ -180,12 +213,14 @@ class UsageTracker:
         with self._lock:
             self.reserved = max(0.0, self.reserved - reserved)
 
-    def settle(self, reserved: float, model: str, usage: Usage | None, cost: float | None) -> None:
-        """Replace a booking by the call's real usage and cost (``None``: unknown price)."""
+    def settle(self, reserved: float, model: str, usage: Usage | None, cost: float | None, *, batch: bool = False) -> None:
+        """Replace a booking by the call's real usage and cost (``None``: unknown price);
+        ``batch``: the call was a line of a provider batch (priced at batch rates)."""
         with self._lock:
             self.reserved = max(0.0, self.reserved - reserved)
             totals = self.by_model.setdefault(model or "?", _ModelTotals())
             totals.calls += 1
+            totals.batch_calls += int(batch)
             if usage is not None:
                 totals.prompt_tokens += usage.prompt_tokens
                 totals.completion_tokens += usage.completion_tokens
@@ -217,6 +252,7 @@ class UsageTracker:
                 "completion_tokens": sum(t.completion_tokens for t in self.by_model.values()),
                 "cost_usd": round(self.spent, 6),
                 "unpriced_calls": sum(t.unpriced_calls for t in self.by_model.values()),
+                "batch_calls": sum(t.batch_calls for t in self.by_model.values()),
                 "max_cost": self.max_cost,
                 "budget_refused": self.refused,
                 "prices_as_of": PRICES_AS_OF,

@@ -15,6 +15,7 @@ from typing import Any
 
 from capjudge.backends.base import Backend, Completion, GenerationConfig, Message, Request
 from capjudge.backends.faults import failure_details
+from capjudge.backends.presets import preset_of, preset_options
 from capjudge.backends.registry import load_backend
 from capjudge.images import ImageError, LoadedImage, load_image
 from capjudge.judges import pairwise
@@ -83,8 +84,9 @@ class Judge:
         Directory of the response cache (shared by all backends); ``None`` for no cache. A re-run
         with the same cache answers every deterministic request already asked without the model.
     system:
-        ``"auto"`` (the method's paper-faithful system sentence on local LLaVA backends, none on
-        API backends), a system sentence, or ``None`` for no system turn.
+        ``"auto"`` (local backends: what the judge preset says, i.e. the method's paper-faithful
+        system sentence for LLaVA-1.5, the model's own default for other families; none on API
+        backends), a system sentence, or ``None`` for no system turn.
     images_root:
         Directory that relative image paths are resolved against.
     batch_size:
@@ -98,11 +100,15 @@ class Judge:
     max_new_tokens:
         Override of the method's answer length.
     method_options:
-        Method options (:meth:`capjudge.prompts.Method.configure`): ``second_decimal`` for
-        FLEUR-style smoothing, ``no_number`` for the VisCE2 code's first-integer methods,
+        Method options (:meth:`capjudge.prompts.Method.configure`): ``second_decimal`` and
+        ``answer_form`` for FLEUR-style smoothing, ``no_number`` for the VisCE2 code's first-integer methods,
         ``temperature`` for any method.
     backend_options:
         Keyword options for :func:`capjudge.load_backend` when ``backend`` is a spec string.
+    preset:
+        A judge preset (:func:`capjudge.backends.presets.list_presets`: ``"qwen2.5-vl"``,
+        ``"gemma3"``, ...) for a local backend spec; ``None`` lets an ``hf:`` backend choose it
+        from the model's config (the CLI's ``--judge``).
     """
 
     def __init__(
@@ -119,10 +125,16 @@ class Judge:
         max_new_tokens: int | None = None,
         backend_options: dict[str, Any] | None = None,
         method_options: dict[str, Any] | None = None,
+        preset: str | None = None,
     ) -> None:
         self.method = get_method(method).configure(method_options)
+        options = dict(backend_options or {})
+        if preset is not None:
+            if not isinstance(backend, str):
+                raise ValueError("preset= applies to a backend spec string; a ready backend was built with its own settings")
+            options.update(preset_options(backend.split(":", 1)[0], preset))
         # Lazy: a run that the cache answers entirely never loads the model.
-        inner = load_backend(backend, lazy=True, **(backend_options or {}))
+        inner = load_backend(backend, lazy=True, **options)
         if cache_dir is not None:
             from capjudge.backends.cache import CachedBackend
 
@@ -133,8 +145,13 @@ class Judge:
         self.group_window = max(self.batch_size, int(group_window))
         self.top_logprobs = top_logprobs
         self.max_new_tokens = max_new_tokens
+        chosen = preset_of(self.backend.identity(), preset if self.backend.kind == "llamacpp" else None)
+        self.judge_preset: str | None = chosen.name if chosen is not None else None
         if system == "auto":
-            system = None if self.backend.kind in API_KINDS else self.method.system
+            if self.backend.kind in API_KINDS:
+                system = None
+            else:
+                system = chosen.system_for(self.method.system) if chosen is not None else self.method.system
         self.system = system
         self._contexts: dict[tuple[str, str], str] = {}
 
@@ -145,6 +162,8 @@ class Judge:
         return self.backend.spec or f"{self.backend.kind}:{self.backend.model}"
 
     def _result(self, prep: _Prepared, **fields: Any) -> ScoreResult:
+        if self.judge_preset is not None:
+            fields["details"] = {**(fields.get("details") or {}), "judge_preset": self.judge_preset}
         s = prep.sample
         return ScoreResult(
             id=sample_id(s, prep.index),
@@ -284,10 +303,13 @@ class Judge:
         if self.method.parser == "fleur-code":
             return self._parse_fleur_code(prep, out, details)
         low, high = self.method.scale
-        parsed = parse_score_details(out.text, low=low, high=high)
+        form = self.method.options.get("answer_form", "decimal")
+        parsed = parse_score_details(out.text, low=low, high=high, answer_form=form)
         if self.method.smoothing:
             second = self.method.options.get("second_decimal", "official")
-            sm = smooth_from_steps(out.steps, expected=parsed.value, occurrence=_occurrence(out.text, parsed), second_decimal=second) if out.steps and parsed.value is not None else None
+            # A spaced score ("0 5") is the whole answer: the first one in the tokens.
+            occurrence = 0 if parsed.rule == "spaced" else _occurrence(out.text, parsed)
+            sm = smooth_from_steps(out.steps, expected=parsed.value, occurrence=occurrence, second_decimal=second, answer_form="spaced" if parsed.rule == "spaced" else "decimal") if out.steps and parsed.value is not None else None
             if sm is not None:
                 details["digit_probs"] = {"first": sm.first, "second": sm.second, "units": sm.units}
                 return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)

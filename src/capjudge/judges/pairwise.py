@@ -156,6 +156,9 @@ def compare_stream(
 
 def _pair_result(judge: PairJudge, index: int, pair: Pair | None, raw_item: Any, mode: CompareMode, **fields: Any) -> PairResult:
     template = judge.method.template if (mode == "grading" or judge.method.kind == "pairwise") else DEFAULT_PAIRWISE_TEMPLATE
+    preset = getattr(judge, "judge_preset", None)
+    if preset is not None:  # what ran: the judge preset of a local model
+        fields["details"] = {**(fields.get("details") or {}), "judge_preset": preset}
     return PairResult(
         id=(pair.id if pair and pair.id is not None else str(index)),
         image=image_label(pair.image) if pair else repr(raw_item)[:80],

@@ -63,6 +63,18 @@ def read_windows(samples: Iterable[Any], size: int) -> Iterator[list[Item]]:
         yield window
 
 
+def _item_windows(items: Iterable[Item], size: int) -> Iterator[list[Item]]:
+    """Lists of at most ``size`` ``(index, sample)`` pairs, as given."""
+    window: list[Item] = []
+    for item in items:
+        window.append(item)
+        if len(window) >= size:
+            yield window
+            window = []
+    if window:
+        yield window
+
+
 def image_groups(items: Sequence[Item]) -> list[list[Item]]:
     """The items grouped by image (groups in first-seen order, input order inside a group)."""
     groups: dict[Any, list[Item]] = {}
@@ -99,12 +111,15 @@ class ScoringRun:
         self._loader: concurrent.futures.ThreadPoolExecutor | None = None
 
     # ------------------------------------------------------------------ batches of work
-    def batches(self, samples: Iterable[Any]) -> Iterator[list[Item]]:
+    def batches(self, samples: Iterable[Any], *, indexed: bool = False) -> Iterator[list[Item]]:
         """Image groups of each read window: packed into batches for a batching backend, one group
-        at a time for a sliding window (which starts the next as soon as a slot is free)."""
+        at a time for a sliding window (which starts the next as soon as a slot is free).
+        ``indexed``: ``samples`` are ``(input index, sample)`` pairs (see :meth:`run_items`)."""
         judge = self.judge
+        size = max(judge.batch_size, judge.group_window)
+        windows = _item_windows(samples, size) if indexed else read_windows(samples, size)
         try:
-            for window in read_windows(samples, max(judge.batch_size, judge.group_window)):
+            for window in windows:
                 groups = image_groups(window)
                 if isinstance(self.executor, BatchExecutor):
                     yield from pack(groups, judge.batch_size)
@@ -147,6 +162,12 @@ class ScoringRun:
     def run(self, samples: Iterable[Any]) -> Iterator[tuple[int, ScoreResult]]:
         """``(input index, result)`` for every sample, in the order results are made."""
         return drive(self.executor, self.batches(samples), self.start, self.done)
+
+    def run_items(self, items: Iterable[Item]) -> Iterator[tuple[int, ScoreResult]]:
+        """As :meth:`run`, for ``(input index, sample)`` pairs whose indices the caller chose (a
+        distributed run judges a part of the input and keeps the input's positions: default ids
+        and error texts are then those of a run over the whole input)."""
+        return drive(self.executor, self.batches(items, indexed=True), self.start, self.done)
 
     # ------------------------------------------------------------------ starting samples
     def start(self, batch: Sequence[Item]) -> None:

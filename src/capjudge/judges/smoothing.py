@@ -34,6 +34,12 @@ from capjudge.backends.base import DIGITS, TokenStep
 SCORE_PATTERN = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?(\d*)")
 """A printed 0-1 score: units digit, first and second decimal, further decimals."""
 
+SPACED_SCORE_PATTERN = re.compile(r"(?<![\d.])([01])[ \t]+(\d)(\d)?(\d*)(?![\d.])")
+"""A 0-1 score written with a space for the decimal point, as MiniGPT-v2 answers FLEUR's prompt
+(``0 5``, ``0 9``; the FLEUR paper, Sec. 5.4): the same groups as :data:`SCORE_PATTERN`."""
+
+AnswerForm = Literal["decimal", "spaced"]
+
 
 def expected_digit_score(first: Sequence[float], second: Sequence[float] | None = None) -> float:
     """FLEUR smoothing: ``0.1 * sum(i * first[i]) + 0.01 * sum(i * second[i])``.
@@ -143,6 +149,7 @@ def smooth_from_steps(
     occurrence: int = 0,
     *,
     second_decimal: SecondDecimal = "official",
+    answer_form: AnswerForm = "decimal",
 ) -> Smoothed | None:
     """Locate the printed ``0.x[y]`` or ``1.0`` score in the generated tokens and smooth it.
 
@@ -150,18 +157,22 @@ def smooth_from_steps(
     (in "On a scale of 0.0 to 1.0, I'd give 0.7" it is 0.7, not the restated 0.0), and
     ``occurrence`` says which of the numbers with that value it is (0: the first; "... to 1.0, I'd
     give 1.0" is occurrence 1). ``second_decimal`` says when the second decimal counts (module
-    doc). Returns ``None`` when the tokens hold no such score or carry no probabilities there (the caller then falls back to
-    the raw score and says so).
+    doc). ``answer_form="spaced"`` reads a score written with a space for the point (``0 5``:
+    the first decimal is the digit token after the space, whether the tokenizer gives the space a
+    token of its own or merges it into the digit's). Returns ``None`` when the tokens hold no such
+    score or carry no probabilities there (the caller then falls back to the raw score and says so).
     """
     if not steps:
         return None
     text, owner, offset = _char_to_step(steps)
-    same = [c for c in SCORE_PATTERN.finditer(text) if expected is None or abs(float(c.group(0)) - expected) < 1e-9]
+    pattern = SPACED_SCORE_PATTERN if answer_form == "spaced" else SCORE_PATTERN
+    same = [c for c in pattern.finditer(text) if expected is None or abs(float(_as_decimal(c)) - expected) < 1e-9]
     m = same[occurrence] if occurrence < len(same) else (same[-1] if same else None)
     if not m:
         return None
     units_digit, d1, d2 = m.group(1), m.group(2), m.group(3)
-    raw = float(m.group(0))
+    printed = _as_decimal(m)
+    raw = float(printed)
     if raw > 1.0:
         return None
     if units_digit == "1":
@@ -179,11 +190,16 @@ def smooth_from_steps(
     if first is None:
         return None
     second = None
-    if d2 is not None and (second_decimal == "printed" or uses_second_decimal(m.group(0))):
+    if d2 is not None and (second_decimal == "printed" or uses_second_decimal(printed)):
         pos2 = m.start(3)
         step2 = steps[owner[pos2]]
         second = digit_distribution(step2, _offset_in_stripped(step2, offset[pos2]))
     return Smoothed(score=expected_digit_score(first, second), raw_score=raw, first=first, second=second)
+
+
+def _as_decimal(m: re.Match[str]) -> str:
+    """The matched score as decimal text (``0 85`` -> ``0.85``)."""
+    return f"{m.group(1)}.{m.group(2)}{m.group(3) or ''}{m.group(4)}"
 
 
 class CodeSearchError(ValueError):

@@ -59,6 +59,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--images", required=True, metavar="DIR", help="local folder holding the benchmark's images")
     p.add_argument("--method", required=True, help="judging method (see capjudge methods)")
     p.add_argument("--backend", required=True, metavar="SPEC", help="backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf")
+    p.add_argument("--judge", default=None, metavar="PRESET", help="judge preset of a local model (see capjudge judges; hf: models choose it from their config)")
     p.add_argument("--out", required=True, metavar="RESULTS.jsonl", help="where the results are written")
     p.add_argument("--limit", type=int, metavar="N", help="only the first N rating rows / pairs (a quick look)")
     p.add_argument("--cache-dir", metavar="D", help="response cache; a re-run answers from it")
@@ -213,7 +214,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
         from capjudge.backends.cache import default_cache_dir
 
         # The response cache makes a benchmark run resumable: a re-run asks only what is missing.
-        judge = Judge(args.method, args.backend, cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()))
+        judge = Judge(args.method, args.backend, cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()), preset=args.judge)
     except BackendError as exc:  # the backend could not start: exit 1, as `capjudge score`
         print(f"capjudge: backend error: {exc}", file=sys.stderr)
         return 1

@@ -13,7 +13,7 @@ import json
 import math
 from typing import Any
 
-EXIT_OUTSIDE_TOLERANCE = 4
+EXIT_OUTSIDE_TOLERANCE = 5  # 4 is --batch "submitted, still running"
 
 
 def register(subparsers: Any) -> None:
@@ -28,7 +28,7 @@ def register(subparsers: Any) -> None:
             "backends can show their prompt tokens (HF, vLLM's /tokenize) the first token where the prompts part. "
             "See docs/backends.md, 'Backend parity'."
         ),
-        epilog="exit codes: 0 compared (within --tolerance if given), 1 a backend could not start, 2 usage error, 4 outside --tolerance, 130 interrupted",
+        epilog="exit codes: 0 compared (within --tolerance if given), 1 a backend could not start, 2 usage error, 5 outside --tolerance, 130 interrupted",
     )
     p.add_argument("--a", required=True, metavar="SPEC", help="first backend (the reference), e.g. hf:llava-hf/llava-1.5-7b-hf")
     p.add_argument("--b", required=True, metavar="SPEC", help="second backend, e.g. openai-compatible:http://127.0.0.1:8000/v1#llava")

@@ -33,6 +33,13 @@ and 100``, ``1 to 10 scale``, ``10-point scale``, a standalone ``(out of 10)``),
 line), references (``Caption 2``, ``Image 1``), dates and times, numbers glued to letters
 (``GPT-4V``, ``3D``, ``1st``, ``80s``). Negative numbers are never scores.
 
+Spaced decimals: on a fractional scale (``high <= 1``) an answer that is nothing but a digit, a
+space and more digits (``0 5``, ``0 9``, ``Score: 0 85``) is how MiniGPT-v2 writes 0.5 (the FLEUR
+paper, Sec. 5.4). By default (``answer_form="decimal"``) it is no score, with a reason that says
+so, instead of the ``0`` a first-number rule would misread; ``answer_form="spaced"`` reads it as
+the decimal it stands for (rule ``spaced``). Only the whole answer counts: a space between digits
+inside a longer answer is never read as a point.
+
 Values are mapped to the requested scale: a fraction ``a/b`` or ``a out of b`` is the ratio a/b
 of the scale (7/10 on 0-100 is 70, 85/100 on 0-1 is 0.85), a percentage likewise (85% is 85 on
 0-100 and 0.85 on 0-1), and a bare number is rescaled from a restated scale that differs from the
@@ -44,12 +51,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from capjudge.parsing._text import clean, coerce_text
 from capjudge.parsing.numbers import NUM_RE, Scan, Token, scan, token_value
 
-__all__ = ["ScoreParse", "parse_score", "parse_score_details"]
+__all__ = ["AnswerForm", "ScoreParse", "parse_score", "parse_score_details", "spaced_decimal"]
+
+AnswerForm = Literal["decimal", "spaced"]
+"""How a 0-1 score is written: ``0.5`` (``decimal``) or MiniGPT-v2's ``0 5`` (``spaced``)."""
 
 
 @dataclass(frozen=True)
@@ -58,7 +68,7 @@ class ScoreParse:
 
     ``value`` is the score on the requested scale (``None`` on failure); ``rule`` names the rule
     that decided (``json_key``, ``double_brackets``, ``final_label``, ``label``, ``number_line``,
-    ``trailing``, ``fraction``, ``number``; ``None`` when nothing matched); ``span`` and ``matched`` locate the
+    ``trailing``, ``fraction``, ``number``, ``spaced``; ``None`` when nothing matched); ``span`` and ``matched`` locate the
     number in the cleaned text (Markdown and special tokens removed); ``reason`` says why
     ``value`` is ``None`` (``"empty answer"``, ``"no number"``, ``"out of range: 150"``,
     ``"negative number: -5"``, ...).
@@ -214,6 +224,25 @@ _FILLER = frozenset(
     ]
 )
 _GAP_LIMIT = 60
+# A whole answer that is a spaced decimal: "0 5", "0 85", "Score: 0 9", "**0 5**.".
+_SPACED_RE = re.compile(
+    r"^[\s\"'`(\[]{0,8}(?:(?:final[ \t]+)?(?:score|rating|answer)[ \t]{0,3}[:=-]?[ \t]{0,3})?"
+    r"([01])[ \t]{1,3}([0-9]{1,3})[\s\"'`)\].!]{0,8}$",
+    re.IGNORECASE,
+)
+
+
+def spaced_decimal(text: Any) -> tuple[str, float, tuple[int, int]] | None:
+    """``(as printed, value, span)`` when the whole answer is a spaced decimal such as ``0 5``
+    (MiniGPT-v2's way of writing 0.5), else ``None``. Never raises."""
+    raw = coerce_text(text)
+    if raw is None or len(raw) > 200:
+        return None
+    t = clean(raw)
+    m = _SPACED_RE.match(t)
+    if m is None:
+        return None
+    return t[m.start(1) : m.end(2)], float(f"{m.group(1)}.{m.group(2)}"), (m.start(1), m.end(2))
 
 
 def _coerce_bounds(low: Any, high: Any) -> tuple[float, float] | None:
@@ -226,28 +255,53 @@ def _coerce_bounds(low: Any, high: Any) -> tuple[float, float] | None:
     return lo, hi
 
 
-def parse_score(text: Any, *, low: float = 0.0, high: float = 100.0) -> float | None:
+def parse_score(text: Any, *, low: float = 0.0, high: float = 100.0, answer_form: AnswerForm = "decimal") -> float | None:
     """The judge's score on the ``[low, high]`` scale, or ``None`` when the text holds no score.
 
     Never raises. See the module docstring for the rules; :func:`parse_score_details` says which
-    one fired and why parsing failed.
+    one fired and why parsing failed. ``answer_form="spaced"`` reads a whole answer such as
+    ``0 5`` as 0.5 on a fractional scale (MiniGPT-v2's form); by default it is no score.
     """
-    return parse_score_details(text, low=low, high=high).value
+    return parse_score_details(text, low=low, high=high, answer_form=answer_form).value
 
 
-def parse_score_details(text: Any, *, low: float = 0.0, high: float = 100.0) -> ScoreParse:
+def parse_score_details(text: Any, *, low: float = 0.0, high: float = 100.0, answer_form: AnswerForm = "decimal") -> ScoreParse:
     """Like :func:`parse_score`, with the rule that fired, the matched number and a failure reason."""
     try:
-        return _parse(text, low, high)
+        return _parse(text, low, high, answer_form)
     except Exception as exc:  # pragma: no cover - a bug here must not break a batch
         return ScoreParse(None, reason=f"parser error: {type(exc).__name__}: {exc}")
 
 
-def _parse(text: Any, low: Any, high: Any) -> ScoreParse:
+def _spaced(text: Any, lo: float, hi: float, answer_form: str) -> ScoreParse | None:
+    """The spaced-decimal rule (module doc), or ``None`` when the answer is not one."""
+    if hi > 1.0:
+        return None
+    found = spaced_decimal(text)
+    if found is None:
+        return None
+    shown, value, span = found
+    if answer_form != "spaced":
+        return ScoreParse(
+            None,
+            rule="spaced",
+            span=span,
+            matched=shown,
+            reason=f"digits separated by a space: {shown!r} (MiniGPT-v2's way of writing {value:g}; method option answer_form=spaced reads it so)",
+        )
+    if not lo <= value <= hi:
+        return ScoreParse(None, rule="spaced", span=span, matched=shown, reason=f"out of range: {value:g}")
+    return ScoreParse(value, rule="spaced", span=span, matched=shown)
+
+
+def _parse(text: Any, low: Any, high: Any, answer_form: str = "decimal") -> ScoreParse:
     bounds = _coerce_bounds(low, high)
     if bounds is None:
         return ScoreParse(None, reason=f"invalid scale: low={low!r}, high={high!r}")
     lo, hi = bounds
+    spaced = _spaced(text, lo, hi, answer_form)
+    if spaced is not None:
+        return spaced
     raw = coerce_text(text)
     if raw is None:
         return ScoreParse(None, reason=f"not text: {type(text).__name__}")

@@ -20,6 +20,9 @@ Rules, in order; the first that decides wins:
    *than* credit the subject (``Caption 2 is worse than Caption 1`` is A).
 6. ``only_one``: the answer names only one of the two, and no tie phrase.
 
+Labels in single brackets, as LLaVA-Critic writes them (``The better response: [2].``, ``the
+[first] response is better``), are read as the bare label first.
+
 Otherwise ``None``.
 """
 
@@ -107,6 +110,9 @@ _BARE_LABEL_RE = re.compile(
     r"|^(?P<t>tie|tied|draw|it'?s[ \t]+a[ \t]+tie|equal|equally[ \t]+good|both|neither|same|both[ \t]+are[ \t]+equally[ \t]+good)$",
     re.IGNORECASE,
 )
+# LLaVA-Critic writes its labels in single brackets: "The better response: [1].", "the [second]
+# response is better"; unwrapped they read as any label (MT-Bench's [[1]] keeps its double brackets).
+_SINGLE_BRACKET_RE = re.compile(r"(?<!\[)\[[ \t]{0,2}(1|2|first|second)[ \t]{0,2}\](?!\])", re.IGNORECASE)
 _STRIP_CHARS = " \t\r\n\"'`[](){}<>.,;:!?#-_"
 _LEADING_END_RE = re.compile(
     r"[.,;!?\n(]|[ \t]+(?:because|since|as[ \t]+it|as[ \t]+the|-|\u2013|\u2014)\b|[ \t]+[\u2013\u2014-][ \t]",
@@ -185,7 +191,7 @@ def _parse(text: Any) -> VerdictParse:
     raw = coerce_text(text)
     if raw is None:
         return VerdictParse(None, None)
-    t = clean(raw)
+    t = _SINGLE_BRACKET_RE.sub(r"\1", clean(raw))
     if not t.strip():
         return VerdictParse(None, None)
 

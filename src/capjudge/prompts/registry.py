@@ -6,7 +6,8 @@ User templates are rendered in jinja2's sandboxed environment.
 
 A *method* ties templates to a parser and a scale: ``vanilla``, ``reference``, ``description``,
 ``visce2`` (the VisCE2 paper), ``fleur``, ``ref-fleur`` (the FLEUR paper), ``gpt4v-grade``,
-``gpt4v-pairwise`` (the GPT-4V evaluator paper), ``listwise`` (the Cobra-effect paper), and the
+``gpt4v-pairwise`` (the GPT-4V evaluator paper), ``listwise`` (the Cobra-effect paper),
+``llava-critic-pointwise``, ``llava-critic-pairwise`` (LLaVA-Critic's published prompts), and the
 ``*-code`` variants that run what the official VisCE2 and FLEUR code ran (see
 :mod:`capjudge.prompts.sources`).
 """
@@ -138,6 +139,7 @@ Parser = Literal["rules", "first-integer", "fleur-code"]
 OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "second_decimal": ("official", "printed"),
     "no_number": ("error", "zero"),
+    "answer_form": ("decimal", "spaced"),
 }
 """Method options with a fixed set of values (``temperature`` takes a number)."""
 
@@ -217,6 +219,10 @@ class Method:
         ``second_decimal`` (smoothing methods): ``"official"`` uses the second decimal only when
         the printed score has a non-zero digit after the first decimal, as FLEUR's code does
         (``0.80`` counts as ``0.8``); ``"printed"`` uses it whenever a second digit is printed.
+        ``answer_form`` (smoothing methods read by capjudge's rules): ``"decimal"`` reads ``0.5``
+        and records an answer of spaced digits (``0 5``) as an error that names this option;
+        ``"spaced"`` also reads ``0 5`` as 0.5, MiniGPT-v2's form (the FLEUR paper, Sec. 5.4), and
+        smooths the digit after the space.
         ``no_number`` (``first-integer`` methods): ``"error"`` records an answer without a number
         as an error; ``"zero"`` scores it 0 as VisCE2's code does (the record says so).
         ``temperature``: decoding temperature of both steps (0: greedy).
@@ -304,7 +310,7 @@ _VISCE2_CODE: dict[str, Any] = dict(
     normalize_caption=False,
     options={"no_number": "error"},
 )
-_FLEUR: dict[str, Any] = dict(scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, options={"second_decimal": "official"})
+_FLEUR: dict[str, Any] = dict(scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, options={"second_decimal": "official", "answer_form": "decimal"})
 # The FLEUR code (fleur.py, reffleur.py): greedy, up to 512 new tokens, every digit and dot of the
 # answer read as one number, digit tokens found by searching the generated ids.
 _FLEUR_CODE: dict[str, Any] = dict(_FLEUR, max_new_tokens=512, parser="fleur-code", source="fleur-code", options={})
@@ -326,6 +332,8 @@ for _m in (
     Method("gpt4v-pairwise", "gpt4v_pairwise", kind="pairwise", max_new_tokens=256, source="gpt4v", paper="Sec. 2, pairwise comparison", description="Pairwise comparison (Answer 1 / Answer 2 / Tie), asked in both orders and combined by the dual-sided vote."),
     Method("fleur-hardened", "fleur_hardened", paper="FLEUR paper Sec. 3.1 with the caption delimited as data", description="FLEUR with the caption between markers and a note that text inside them is data, not instructions (opt-in hardening).", **_FLEUR),
     Method("vanilla-hardened", "vanilla_hardened", system=LLAVA_V1_SYSTEM, paper="VisCE2 paper Table 5 (Vanilla) with the caption delimited as data", description="Vanilla with the caption between markers and a note that text inside them is data, not instructions (opt-in hardening)."),
+    Method("llava-critic-pointwise", "llava_critic_pointwise", max_new_tokens=1024, source="llava-critic", paper="model card Quick Start, pointwise scoring (https://huggingface.co/lmms-lab/llava-critic-7b)", description="LLaVA-Critic's published pointwise prompt: score the caption out of 100 with reasons; read by capjudge's rules."),
+    Method("llava-critic-pairwise", "llava_critic_pairwise", kind="pairwise", max_new_tokens=1024, source="llava-critic", paper="model card Quick Start, pairwise ranking (https://huggingface.co/lmms-lab/llava-critic-7b)", description="LLaVA-Critic's published pairwise prompt (first / second response), asked in both orders; 'The better response: [1]' or 'Two responses are equally good'."),
     Method("listwise", "listwise", kind="listwise", scale=(0.0, 1.0), max_new_tokens=128, source="cobra", paper="Fig. 4, GPT-4V listwise grading", description="All candidate captions of an image in one prompt, each scored 0-1."),
 ):
     register_method(_m)

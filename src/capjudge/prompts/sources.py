@@ -62,6 +62,12 @@ SOURCES: dict[str, Source] = {
             "https://arxiv.org/abs/2402.11572",
             "Cobra-effect paper",
         ),
+        Source(
+            "llava-critic",
+            "LLaVA-Critic: Learning to Evaluate Multimodal Models (prompts: the lmms-lab/llava-critic-7b model card, Quick Start)",
+            "https://arxiv.org/abs/2410.02712",
+            "LLaVA-Critic paper and model card",
+        ),
         Source("capjudge", "capjudge's own variant", "", "capjudge"),
     )
 }

@@ -4,15 +4,21 @@ Qwen2/2.5/3-VL, Gemma 3, Idefics3, InternVL, Mistral 3, PaliGemma; see docs/back
 greedy decoding, batched with left padding, and exact per-step probabilities of the digit tokens
 for FLEUR smoothing.
 
-Prompt format (``chat_format="llava"``, the default) is LLaVA-1.5's own::
+How a model is prompted comes from its judge preset (:mod:`capjudge.backends.presets`), chosen from
+the config's ``model_type`` before the processor is loaded (``preset=auto``) or named
+(``preset=qwen2.5-vl``); options given explicitly win over it. LLaVA-1.5's prompt format
+(``chat_format="llava"``) is its own::
 
     [SYSTEM ]USER: <image>\\n{prompt} ASSISTANT:[ {answer}</s>USER: {follow-up} ASSISTANT:]
 
 With the ``llava_v1`` system sentence this is the prompt FLEUR's and VisCE2's code build; without a
 system turn it is the llava-hf chat template. ``chat_format="template"`` uses the processor's own
-chat template instead (other model families). Images are padded to a square with the image
+chat template instead (other model families), ``chat_format="plain"`` the prompt text after the
+image (PaliGemma). With ``pad_square`` (LLaVA-1.5) images are padded to a square with the image
 processor's mean colour, as LLaVA-1.5 does (``--image-aspect-ratio pad``), before the processor's
-resize and centre crop.
+resize and centre crop. ``system_policy="fold"`` puts a system text before the first user turn's
+text, for models without a chat (PaliGemma); with ``keep``, a chat template that raises on a
+system turn gets it folded the same way (logged once).
 """
 
 from __future__ import annotations
@@ -42,6 +48,17 @@ from capjudge.backends.base import (
 from capjudge.backends.hf.prefix import PrefixReuser
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import OptionError, as_bool, as_int, check_known
+from capjudge.backends.presets import (
+    CHAT_FORMATS,
+    SYSTEM_POLICIES,
+    OriginalCheckpointError,
+    Resolved,
+    UnknownPresetError,
+    check_loadable,
+    get_preset,
+    read_config,
+    resolve,
+)
 from capjudge.backends.registry import BackendSpec
 from capjudge.images import pad_to_square
 from capjudge.redact import get_logger
@@ -59,13 +76,21 @@ class HFBackend(Backend):
     device:
         ``"auto"`` (CUDA when available, else CPU), ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
     dtype:
-        ``"auto"`` (float16 on CUDA, float32 on CPU), ``"float16"``, ``"bfloat16"``, ``"float32"``.
+        ``"auto"`` (on CUDA the preset's dtype: float16 for the LLaVA family, bfloat16 for Qwen,
+        Gemma, ...; float32 on CPU), ``"float16"``, ``"bfloat16"``, ``"float32"``.
     batch_size:
         Requests decoded together (left-padded).
+    preset:
+        ``"auto"`` (from the config's ``model_type``) or a judge preset name
+        (:func:`capjudge.backends.presets.list_presets`); it sets the defaults of the next three.
     pad_square:
-        Pad images to a square before preprocessing (LLaVA-1.5's behaviour).
+        Pad images to a square before preprocessing (LLaVA-1.5's behaviour); ``None``: the preset's.
     chat_format:
-        ``"llava"`` (LLaVA-1.5 conversation, see module doc) or ``"template"`` (processor's chat template).
+        ``"llava"`` (LLaVA-1.5 conversation, see module doc), ``"template"`` (processor's chat
+        template) or ``"plain"`` (prompt text after the image); ``None``: the preset's.
+    system_policy:
+        ``"keep"`` (a system turn is sent as such) or ``"fold"`` (put before the first user text);
+        ``None``: the preset's.
     prefix_reuse:
         Score the captions of one image from one shared prefix computation (default on; see
         :mod:`capjudge.backends.hf.prefix`); results equal independent decoding.
@@ -84,8 +109,10 @@ class HFBackend(Backend):
         device: str = "auto",
         dtype: str = "auto",
         batch_size: int = 8,
-        pad_square: bool = True,
-        chat_format: str = "llava",
+        preset: str = "auto",
+        pad_square: bool | None = None,
+        chat_format: str | None = None,
+        system_policy: str | None = None,
         prefix_reuse: bool = True,
         local_files_only: bool | None = None,
         attn_implementation: str | None = None,
@@ -103,12 +130,17 @@ class HFBackend(Backend):
         self._torch = torch
         self.model = model
         self.spec = f"hf:{model}"
-        self.device, self.dtype_name = _device_and_dtype(torch, device, dtype)
-        self.batch_size = max(1, int(batch_size))
-        self.pad_square = as_bool(pad_square, "pad_square")
-        self.chat_format = _chat_format(chat_format)
-        self.prefix_reuse = as_bool(prefix_reuse, "prefix_reuse")
         local_files_only = _local_only(model, local_files_only)
+        # The preset is chosen from the config before the processor is built.
+        self.settings = resolve_settings(model, local_files_only, preset, chat_format, system_policy, pad_square)
+        self.preset = self.settings.preset
+        self.device, self.dtype_name = _device_and_dtype(torch, device, dtype, self.settings.dtype)
+        self.batch_size = max(1, int(batch_size))
+        self.pad_square = self.settings.pad_square
+        self.chat_format = self.settings.chat_format
+        self.system_policy = self.settings.system_policy
+        self._warned_fold = False
+        self.prefix_reuse = as_bool(prefix_reuse, "prefix_reuse")
         kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
         if not Path(model).is_dir() and local_files_only and Path(model).suffix:
             raise BackendError(f"model folder {model!r} not found")
@@ -188,7 +220,7 @@ class HFBackend(Backend):
 
     def _make_identity(self) -> dict[str, Any]:
         revision = lambda: getattr(self.net.config, "_commit_hash", None)  # noqa: E731 - hub ids only
-        return model_identity(self.model, self.dtype_name, self.pad_square, self.chat_format, self._attn_implementation, revision, load_4bit=self.load_4bit)
+        return model_identity(self.model, self.dtype_name, self.pad_square, self.chat_format, self._attn_implementation, revision, load_4bit=self.load_4bit, settings=self.settings)
 
     def identity(self) -> dict[str, Any]:
         """Kind, model, dtype and preprocessing settings (local folders: a hash of their files)."""
@@ -196,15 +228,33 @@ class HFBackend(Backend):
 
     # ---------------------------------------------------------------- prompt building
     def format_prompt(self, messages: Sequence[Message]) -> str:
-        """The prompt text for a conversation (images become ``<image>`` tokens)."""
+        """The prompt text for a conversation (images become the processor's image tokens)."""
+        if self.system_policy == "fold":
+            messages = fold_system(messages)
+        if self.chat_format == "plain":
+            return render_plain(messages, getattr(self.processor, "image_token", None) or "<image>")
         if self.chat_format == "template":
-            conv = []
-            for m in messages:
-                content: list[dict[str, Any]] = [{"type": "image"} for _ in m.images]
-                content.append({"type": "text", "text": m.content})
-                conv.append({"role": m.role, "content": content})
-            return self.processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False)
+            try:
+                return self._apply_template(messages)
+            except Exception as exc:
+                if not any(m.role == "system" for m in messages):
+                    raise
+                # A template without a system role (it raises on one): the text goes before the
+                # first user turn's, as a "fold" policy puts it; said once per backend.
+                if not self._warned_fold:
+                    self._warned_fold = True
+                    log.warning("%s: the chat template rejects a system turn (%s); its text goes before the first user turn", self.model, exc)
+                return self._apply_template(fold_system(messages))
         return render_llava_v1(messages, "<image>", self.tokenizer.eos_token or "</s>")
+
+    def _apply_template(self, messages: Sequence[Message]) -> str:
+        marker = getattr(self.processor, "image_token", None)
+        conv = []
+        for m in messages:
+            content: list[dict[str, Any]] = [{"type": "image"} for _ in m.images]
+            content.append({"type": "text", "text": defuse(m.content, marker)})
+            conv.append({"role": m.role, "content": content})
+        return str(self.processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False))
 
     def prepare_image(self, request_image: Any) -> Any:
         """The PIL image the processor receives (padded to a square with the mean colour)."""
@@ -376,6 +426,16 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     check_known("hf", options, [p for p in inspect.signature(HFBackend.__init__).parameters if p not in ("self", "model")])
     if "batch_size" in options:
         options["batch_size"] = as_int(options["batch_size"], "batch_size")
+    preset = options.get("preset")
+    if preset is not None and str(preset).strip().lower() not in ("", "auto"):
+        try:
+            options["preset"] = get_preset(str(preset)).name
+        except UnknownPresetError as exc:
+            raise OptionError(str(exc)) from None
+    if options.get("chat_format") is not None and options["chat_format"] not in CHAT_FORMATS:
+        raise OptionError(f"option chat_format={options['chat_format']!r} is not one of {', '.join(CHAT_FORMATS)}")
+    if options.get("system_policy") is not None:
+        _system_policy(options["system_policy"])
     # Options from a spec or --backend-opt arrive as text: "false" must not be truthy.
     for name in ("trust_remote_code", "local_files_only", "pad_square", "prefix_reuse", "load_4bit"):
         if name in options and options[name] is not None:
@@ -396,22 +456,37 @@ def from_spec(spec: BackendSpec, **options: Any) -> HFBackend:
     return HFBackend(spec.target, **check_options(spec, **options))
 
 
-def _device_and_dtype(torch: Any, device: str, dtype: str) -> tuple[Any, str]:
-    """The torch device and dtype name that ``"auto"`` settings resolve to, checked."""
+def _device_and_dtype(torch: Any, device: str, dtype: str, gpu_dtype: str = "float16") -> tuple[Any, str]:
+    """The torch device and dtype name that ``"auto"`` settings resolve to, checked (``gpu_dtype``:
+    the preset's dtype on CUDA)."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
     dev = torch.device(device)
     if dtype == "auto":
-        dtype = "float16" if dev.type == "cuda" else "float32"
+        dtype = gpu_dtype if dev.type == "cuda" else "float32"
     if not hasattr(torch, str(dtype)):
         raise BackendError(f"unknown dtype {dtype!r} (use float16, bfloat16 or float32)")
     return dev, str(dtype)
 
 
-def model_identity(model: str, dtype_name: str, pad_square: bool, chat_format: str, attn: str | None, revision: Any, *, load_4bit: bool = False) -> dict[str, Any]:
-    """What identifies an HF model's answers: settings, and a hash of a local folder's files or
-    the hub revision (``revision()``, called only for hub ids)."""
+def model_identity(
+    model: str,
+    dtype_name: str,
+    pad_square: bool,
+    chat_format: str,
+    attn: str | None,
+    revision: Any,
+    *,
+    load_4bit: bool = False,
+    settings: Resolved | None = None,
+) -> dict[str, Any]:
+    """What identifies an HF model's answers: settings (the judge preset and system policy
+    included), and a hash of a local folder's files or the hub revision (``revision()``, called
+    only for hub ids)."""
     ident: dict[str, Any] = {"kind": HFBackend.kind, "model": model, "dtype": dtype_name, "pad_square": pad_square, "chat_format": chat_format, "attn": attn}
+    if settings is not None:
+        ident["preset"] = settings.preset
+        ident["system_policy"] = settings.system_policy
     if load_4bit:
         ident["quantization"] = "bnb-nf4-double-fp16"
     path = Path(model)
@@ -428,10 +503,79 @@ def model_identity(model: str, dtype_name: str, pad_square: bool, chat_format: s
 
 
 def _chat_format(chat_format: str) -> str:
-    if chat_format not in ("llava", "template"):
-        raise BackendError(f"unknown chat_format {chat_format!r} (use 'llava' or 'template')")
+    if chat_format not in CHAT_FORMATS:
+        raise BackendError(f"unknown chat_format {chat_format!r} (use one of {', '.join(CHAT_FORMATS)})")
     return chat_format
 
+
+def resolve_settings(
+    model: str,
+    local_files_only: bool,
+    preset: str | None = "auto",
+    chat_format: str | None = None,
+    system_policy: str | None = None,
+    pad_square: bool | None = None,
+) -> Resolved:
+    """The judge preset and prompting settings of ``model``: its config is read first (a folder's
+    ``config.json``, or the hub file), an authors'-format checkpoint is refused with the name of
+    its transformers conversion, and explicit options win over the preset."""
+    config = read_config(model, local_files_only=local_files_only)
+    if config is not None:
+        try:
+            check_loadable(config, model)
+        except OriginalCheckpointError as exc:
+            raise BackendError(str(exc)) from None
+    try:
+        settings = resolve(
+            model,
+            preset=preset,
+            chat_format=_chat_format(chat_format) if chat_format is not None else None,
+            system_policy=_system_policy(system_policy) if system_policy is not None else None,
+            pad_square=as_bool(pad_square, "pad_square") if pad_square is not None else None,
+            config=config,
+        )
+    except UnknownPresetError as exc:
+        raise OptionError(str(exc)) from None
+    if settings.source == "default":
+        log.info("%s: no judge preset for model_type %r: the processor's chat template, no padding", model, (config or {}).get("model_type"))
+    return settings
+
+
+def _system_policy(policy: str) -> str:
+    if policy not in SYSTEM_POLICIES:
+        raise OptionError(f"option system_policy={policy!r} is not one of {', '.join(SYSTEM_POLICIES)}")
+    return policy
+
+
+def fold_system(messages: Sequence[Message]) -> list[Message]:
+    """The conversation without system turns: their text goes before the first user turn's text
+    (a blank line between), as Gemma 3's template itself does; for templates and models without a
+    system role."""
+    system = "\n\n".join(m.content.strip() for m in messages if m.role == "system" and m.content.strip())
+    out = [m for m in messages if m.role != "system"]
+    if not system:
+        return out
+    for i, m in enumerate(out):
+        if m.role == "user":
+            out[i] = Message("user", f"{system}\n\n{m.content}", images=m.images)
+            break
+    return out
+
+
+def render_plain(messages: Sequence[Message], image_token: str) -> str:
+    """The prompt of a model without a chat (PaliGemma): one image token per image, then the
+    turns' texts, one per line (the processor adds the BOS after the images and the final newline)."""
+    images = sum(len(m.images) for m in messages)
+    text = "\n".join(defuse(m.content, image_token) for m in messages if m.role != "system")
+    return image_token * images + text
+
+
+def defuse(text: str, image_token: str | None) -> str:
+    """``text`` with any literal image token broken up, so that a caption cannot stand for an image
+    (the processor would expand it and fail, or misplace the real one)."""
+    if not image_token or image_token not in text:
+        return text
+    return text.replace(image_token, image_token[:1] + " " + image_token[1:])
 
 def _local_only(model: str, local_files_only: bool | None) -> bool:
     """Read local files only: as asked, else when ``HF_HUB_OFFLINE`` is set or the model is a folder."""
@@ -462,9 +606,9 @@ def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
     load_4bit = bool(opts.get("load_4bit", False))
     if load_4bit:
         check_4bit_packages()
-    _, dtype_name = _device_and_dtype(torch, opts.get("device", "auto"), opts.get("dtype", "auto"))
-    chat_format = _chat_format(opts.get("chat_format", "llava"))
     local = _local_only(model, opts.get("local_files_only"))
+    settings = resolve_settings(model, local, opts.get("preset", "auto"), opts.get("chat_format"), opts.get("system_policy"), opts.get("pad_square"))
+    _, dtype_name = _device_and_dtype(torch, opts.get("device", "auto"), opts.get("dtype", "auto"), settings.dtype)
 
     def revision() -> str | None:
         import transformers
@@ -475,7 +619,7 @@ def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
             raise _load_failure(model, exc) from exc
         return getattr(config, "_commit_hash", None)
 
-    ident = model_identity(model, dtype_name, bool(opts.get("pad_square", True)), chat_format, opts.get("attn_implementation"), revision, load_4bit=load_4bit)
+    ident = model_identity(model, dtype_name, settings.pad_square, settings.chat_format, opts.get("attn_implementation"), revision, load_4bit=load_4bit, settings=settings)
     return LazyBackend(lambda: HFBackend(model, **opts), kind=HFBackend.kind, spec=f"hf:{model}", model=model, identity=ident)
 
 

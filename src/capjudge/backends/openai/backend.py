@@ -221,6 +221,9 @@ class OpenAIBackend(Backend):
 
         self.endpoint, self.api_version = self._resolve_endpoint(base_url, azure_endpoint, api_version)
         self._client = self._make_client(api_key, organization, azure_ad_token_provider, default_headers)
+        # What a synchronous client for the files and batches APIs needs (batch mode): the same
+        # credentials, built only when asked for (batch_client()).
+        self._client_args = (api_key, organization, azure_ad_token_provider, default_headers)
         # Known secrets, only to scrub them from error messages a server might echo them into
         # (registered process-wide, so log lines and records of every module mask them too).
         secrets = tuple(s for s in (getattr(self._client, "api_key", None),) if isinstance(s, str) and len(s) >= 8)
@@ -249,21 +252,33 @@ class OpenAIBackend(Backend):
             return base_url, None
         return base_url or os.environ.get("OPENAI_BASE_URL") or "https://api.openai.com/v1", None
 
-    def _make_client(self, api_key: str | None, organization: str | None, token_provider: Callable[[], Any] | None, headers: Mapping[str, str] | None) -> Any:
+    def _make_client(
+        self,
+        api_key: str | None,
+        organization: str | None,
+        token_provider: Callable[[], Any] | None,
+        headers: Mapping[str, str] | None,
+        *,
+        sync: bool = False,
+        max_retries: int = 0,
+    ) -> Any:
         import openai
 
-        common: dict[str, Any] = {"max_retries": 0, "timeout": self.timeout, "default_headers": dict(headers) if headers else None}
+        common: dict[str, Any] = {"max_retries": max_retries, "timeout": self.timeout, "default_headers": dict(headers) if headers else None}
         if self.kind == "azure":
             key = api_key or (None if token_provider else os.environ.get("AZURE_OPENAI_API_KEY"))
             if not key and token_provider is None:
                 raise BackendError("Azure needs credentials: pass api_key=..., set AZURE_OPENAI_API_KEY, or pass azure_ad_token_provider= (Entra ID)")
             assert self.endpoint is not None  # checked by _resolve_endpoint
-            return openai.AsyncAzureOpenAI(
+            azure_cls: Any = openai.AzureOpenAI if sync else openai.AsyncAzureOpenAI
+            # The files and batches APIs live under {endpoint}/openai, not under a deployment.
+            deployment = {} if sync else {"azure_deployment": self.model}
+            return azure_cls(
                 azure_endpoint=self.endpoint,
-                azure_deployment=self.model,
                 api_version=self.api_version,
                 api_key=key,
                 azure_ad_token_provider=token_provider,
+                **deployment,
                 **common,
             )
         key = api_key or os.environ.get("OPENAI_API_KEY")
@@ -271,7 +286,20 @@ class OpenAIBackend(Backend):
             key = key or "EMPTY"
         elif not key:
             raise BackendError("OpenAI needs an API key: pass api_key=... or set OPENAI_API_KEY")
-        return openai.AsyncOpenAI(api_key=key, base_url=self.endpoint, organization=organization, **common)
+        client_cls: Any = openai.OpenAI if sync else openai.AsyncOpenAI
+        return client_cls(api_key=key, base_url=self.endpoint, organization=organization, **common)
+
+    def batch_client(self) -> Any:
+        """A synchronous SDK client (``openai.OpenAI`` / ``openai.AzureOpenAI``) with this backend's
+        credentials and endpoint, for the files and batches APIs (batch mode). It keeps the SDK's own
+        retries (2) for these few, idempotent-by-design management calls."""
+        return self._make_client(*self._client_args, sync=True, max_retries=2)
+
+    @property
+    def batch_url(self) -> str:
+        """The ``url`` of a batch line and the ``endpoint`` of a batch: ``/chat/completions`` on
+        Azure, ``/v1/chat/completions`` elsewhere."""
+        return "/chat/completions" if self.kind == "azure" else "/v1/chat/completions"
 
     def identity(self) -> dict[str, Any]:
         """Everything about this backend that changes answers (no secrets, no concurrency)."""
@@ -467,6 +495,32 @@ class OpenAIBackend(Backend):
             meta=meta,
         )
 
+    def request_body(self, request: Request) -> dict[str, Any]:
+        """The JSON body that :meth:`generate` sends for ``request`` on its first attempt (with
+        ``extra_body`` merged as the SDK merges it): what a batch line carries, so that a batch
+        answer is the answer of the same request."""
+        wants = request.config.top_logprobs > 0
+        with_lp = wants and self._logprobs_refused is None and self._top_cap > 0
+        body = self._params(request, with_logprobs=with_lp)
+        extra = body.pop("extra_body", None)
+        if extra:
+            body.update(extra)
+        return body
+
+    def completion_from_body(self, response: dict[str, Any], request_body: dict[str, Any], *, wanted_logprobs: bool) -> Completion:
+        """The :class:`Completion` of a chat-completions ``response`` to ``request_body`` (a batch
+        output line's body), with the same metadata an online answer gets (cost aside)."""
+        if not isinstance(response, dict) or not isinstance(response.get("choices"), list) or not response["choices"]:
+            raise MalformedResponseError(f"answer holds no choices: {str(response)[:200]}")
+        with_lp = bool(request_body.get("logprobs"))
+        completion = self._completion(response, asked_logprobs=with_lp)
+        if with_lp:
+            completion.meta["top_logprobs"] = request_body.get("top_logprobs")
+        if wanted_logprobs and not with_lp:
+            completion.meta["logprobs_refused"] = True
+            completion.meta["logprobs_refused_reason"] = self._logprobs_refused or "top_logprobs cap is 0"
+        return completion
+
     async def _call(self, request: Request, label: str) -> Completion:
         """One request, with the logprobs fallback; no semaphore, no budget."""
         wants = request.config.top_logprobs > 0
@@ -479,9 +533,13 @@ class OpenAIBackend(Backend):
             except BackendError as exc:
                 status = getattr(exc, "status", None)
                 msg = str(exc).lower()
-                if self._send_penalties and status in (400, 422) and "repetition_penalty" in msg and "repetition_penalty" not in self.extra_body:
-                    log.warning("%s: server refused repetition_penalty, sending no penalties from now on: %s", label, exc)
-                    self._send_penalties = False
+                # Judged by what *this* request sent: requests in flight when the first refusal
+                # arrives were sent with the fields too and are asked again without them.
+                sent = "repetition_penalty" in (params.get("extra_body") or {}) and "repetition_penalty" not in self.extra_body
+                if sent and status in (400, 422) and "repetition_penalty" in msg:
+                    if self._send_penalties:
+                        log.warning("%s: server refused repetition_penalty, sending no penalties from now on: %s", label, exc)
+                        self._send_penalties = False
                     continue
                 if not (with_lp and status in (400, 422) and "logprob" in msg):
                     raise
