@@ -26,6 +26,17 @@ pairwise, listwise)."""
 MATRIX = {arch: {"backends": ("hf",), "methods": MATRIX_METHODS} for arch in ARCHITECTURES}
 """What the tests of this module prove per architecture (the README table must say the same)."""
 
+ALSO_VERIFIED: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
+    "llava": (
+        ("llama.cpp", "test_llamacpp.py", ("test_fleur_end_to_end_in_process", "test_visce2_end_to_end_in_process", "test_pairwise_end_to_end_in_process")),
+        ("vLLM server", "test_vllm_server.py", ("test_fleur_smoothing_from_vllm_top_logprobs", "test_pairwise_verdicts_match_hf", "test_bos_pitfall_detected_and_fixed")),
+    ),
+    "qwen2_5_vl": (("llama.cpp", "test_llamacpp_families.py", ("test_fleur_and_visce2_end_to_end", "test_digit_logprobs_equal_llama_cpp_logits")),),
+    "gemma3": (("llama.cpp", "test_llamacpp_families.py", ("test_fleur_and_visce2_end_to_end", "test_digit_logprobs_equal_llama_cpp_logits")),),
+}
+"""Backends besides HF that other test modules prove per architecture (backend, module, the tests
+that prove it); the README table's "Also on" column must say the same."""
+
 ARCHS = sorted(ARCHITECTURES)
 CAPTIONS = ["a cat lying on a bed.", "two dogs run in a park.", "a red bus on a street."]
 
@@ -195,3 +206,15 @@ def test_readme_verified_judges_table_matches_the_matrix() -> None:
         assert [m.strip().strip("`") for m in row["Methods"].split(",")] == list(proven["methods"])
         assert row["Prefix reuse"] == ("yes" if supports_prefix_reuse(arch) else "no (plain batches)")
         assert row["Needs torchvision"] == ("yes" if needs_torchvision(arch) else "no")
+        assert row["Also on"] == (", ".join(b for b, _, _ in ALSO_VERIFIED.get(arch, ())) or "-")
+
+
+def test_other_backends_in_the_table_are_proven_by_tests_that_exist() -> None:
+    import ast
+
+    for arch, entries in ALSO_VERIFIED.items():
+        for backend, module, tests in entries:
+            tree = ast.parse((ROOT / "tests" / module).read_text(encoding="utf-8"))
+            defined = {n.name for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+            missing = set(tests) - defined
+            assert not missing, f"{arch} on {backend}: {module} lacks {sorted(missing)}"
