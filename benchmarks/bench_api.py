@@ -239,7 +239,10 @@ def run_sdk(url: str, bodies: list[dict[str, Any]], concurrency: int) -> float:
 
         async def one(body: dict[str, Any]) -> Any:
             async with sem:
-                return await client.chat.completions.create(**body)
+                # Fields outside the OpenAI protocol (vLLM's) travel in extra_body, as capjudge sends them.
+                extra = {k: body[k] for k in ("repetition_penalty", "add_special_tokens") if k in body}
+                rest = {k: v for k, v in body.items() if k not in extra}
+                return await client.chat.completions.create(**rest, extra_body=extra or None)
 
         outs = await asyncio.gather(*(one(b) for b in bodies))
         assert all(o.choices[0].logprobs is not None for o in outs)
