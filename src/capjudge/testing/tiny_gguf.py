@@ -19,11 +19,26 @@ probabilities that depend (through the random attention) on the image and the ca
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
-__all__ = ["TINY_WORDS", "build_tiny_llava_gguf", "finish_gguf", "plant_bigram", "write_tiny_clip_projector", "write_tiny_llama"]
+__all__ = [
+    "TINY_WORDS",
+    "add_clip_vision_keys",
+    "add_text_dims",
+    "add_text_ffn",
+    "add_vision_block",
+    "build_tiny_llava_gguf",
+    "finish_gguf",
+    "masked_linear",
+    "plant_bigram",
+    "spiece_vocab",
+    "write_tiny_clip_projector",
+    "write_tiny_llama",
+]
 
 SPIECE_SPACE = "\u2581"
 
@@ -43,23 +58,34 @@ _N_LAYER = 2
 _N_FF = 96
 
 
-def _vocab() -> tuple[list[str], list[float], list[int]]:
-    """Tokens, scores and token types of the tiny SentencePiece-style vocabulary."""
-    tokens = ["<unk>", "<s>", "</s>"]
-    types = [2, 3, 3]  # gguf.TokenType: UNKNOWN, CONTROL, CONTROL
+def spiece_vocab(specials: list[str], special_types: list[int], pieces: Iterable[str]) -> tuple[list[str], list[int]]:
+    """Tokens and token types of a tiny SentencePiece-style vocabulary.
+
+    ``specials`` (with their ``gguf.TokenType`` values) come first, then the 256 byte-fallback
+    tokens, ``"▁"`` and every printable ASCII character, then every prefix (of two characters or
+    more) of each of ``pieces`` not already there, so that merges can build each piece.
+    """
+    tokens = list(specials)
+    types = list(special_types)
     tokens += [f"<0x{b:02X}>" for b in range(256)]
     types += [6] * 256  # BYTE
     singles = [SPIECE_SPACE] + [chr(c) for c in range(33, 127)]
     tokens += singles
-    types += [1] * len(singles)
+    types += [1] * len(singles)  # NORMAL
     seen = set(tokens)
-    for word in TINY_WORDS:
-        piece = SPIECE_SPACE + word
+    for piece in pieces:
         for k in range(2, len(piece) + 1):
             if piece[:k] not in seen:
                 seen.add(piece[:k])
                 tokens.append(piece[:k])
                 types.append(1)
+    return tokens, types
+
+
+def _vocab() -> tuple[list[str], list[float], list[int]]:
+    """Tokens, scores and token types of the tiny SentencePiece-style vocabulary."""
+    # gguf.TokenType: UNKNOWN, CONTROL, CONTROL
+    tokens, types = spiece_vocab(["<unk>", "<s>", "</s>"], [2, 3, 3], (SPIECE_SPACE + word for word in TINY_WORDS))
     # SentencePiece merges the adjacent pair whose merged token scores highest: longer is better.
     scores = [0.0] * 3 + [0.0] * 256 + [float(len(t)) if ty == 1 else 0.0 for t, ty in zip(tokens[259:], types[259:], strict=True)]
     return tokens, scores, types
@@ -98,6 +124,68 @@ def plant_bigram(
     return emb, out, s
 
 
+def masked_linear(rng: np.random.Generator, n_out: int, n_in: int, scale: float, s: int) -> np.ndarray:
+    """A random ``(n_out, n_in)`` f32 matrix that does not read the first ``s`` (state) dimensions."""
+    m = rng.normal(0.0, scale, (n_out, n_in)).astype(np.float32)
+    m[:, :s] = 0.0
+    return m
+
+
+def add_text_dims(w: Any, d: int = _N_EMBD, n_layer: int = _N_LAYER, n_ff: int = _N_FF, n_head: int = _N_HEAD) -> None:
+    """Add a tiny text model's context length (4096), width, depth, feed-forward width and heads."""
+    w.add_context_length(4096)
+    w.add_embedding_length(d)
+    w.add_block_count(n_layer)
+    w.add_feed_forward_length(n_ff)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head)
+
+
+def add_text_ffn(w: Any, rng: np.random.Generator, b: int, s: int, d: int = _N_EMBD, n_ff: int = _N_FF) -> None:
+    """Add block ``b``'s norm and SiLU-gated feed-forward, which neither read nor write the ``s``
+    state dimensions of :func:`plant_bigram`."""
+    w.add_tensor(f"blk.{b}.ffn_norm.weight", np.ones(d, np.float32))
+    w.add_tensor(f"blk.{b}.ffn_gate.weight", masked_linear(rng, n_ff, d, 0.125, s))
+    w.add_tensor(f"blk.{b}.ffn_up.weight", masked_linear(rng, n_ff, d, 0.125, s))
+    down = rng.normal(0.0, 0.05, (d, n_ff)).astype(np.float32)
+    down[:s, :] = 0.0
+    w.add_tensor(f"blk.{b}.ffn_down.weight", down)
+
+
+def add_clip_vision_keys(
+    w: Any, projector_type: str, *, image_size: int, patch: int, width: int, ff: int, text_width: int, n_head: int, eps: float, n_layer: int
+) -> None:
+    """Add the ``clip.projector_type`` and ``clip.vision.*`` sizes that every tiny projector has."""
+    w.add_string("clip.projector_type", projector_type)
+    w.add_uint32("clip.vision.image_size", image_size)
+    w.add_uint32("clip.vision.patch_size", patch)
+    w.add_uint32("clip.vision.embedding_length", width)
+    w.add_uint32("clip.vision.feed_forward_length", ff)
+    w.add_uint32("clip.vision.projection_dim", text_width)
+    w.add_uint32("clip.vision.attention.head_count", n_head)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", eps)
+    w.add_uint32("clip.vision.block_count", n_layer)
+
+
+def add_vision_block(
+    w: Any, r: Callable[..., np.ndarray], b: int, e: int, ff: int, *, norm_bias: bool = True, gated: bool = False
+) -> None:
+    """Add vision block ``b``: attention (weights from ``r(rows, cols)``, zero biases), the two
+    norms (with zero biases if ``norm_bias``) and the feed-forward (with a gate if ``gated``)."""
+    for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
+        w.add_tensor(f"v.blk.{b}.{name}.weight", r(e, e))
+        w.add_tensor(f"v.blk.{b}.{name}.bias", np.zeros(e, np.float32))
+    for name in ("ln1", "ln2"):
+        w.add_tensor(f"v.blk.{b}.{name}.weight", np.ones(e, np.float32))
+        if norm_bias:
+            w.add_tensor(f"v.blk.{b}.{name}.bias", np.zeros(e, np.float32))
+    for name in ("ffn_gate", "ffn_up") if gated else ("ffn_up",):
+        w.add_tensor(f"v.blk.{b}.{name}.weight", r(ff, e))
+        w.add_tensor(f"v.blk.{b}.{name}.bias", np.zeros(ff, np.float32))
+    w.add_tensor(f"v.blk.{b}.ffn_down.weight", r(e, ff))
+    w.add_tensor(f"v.blk.{b}.ffn_down.bias", np.zeros(e, np.float32))
+
+
 def write_tiny_llama(path: str | Path, seed: int = 0) -> Path:
     """Write the tiny LLaMA text model (weights in f32) to ``path``; returns the path."""
     import gguf
@@ -115,12 +203,7 @@ def write_tiny_llama(path: str | Path, seed: int = 0) -> Path:
 
     w = gguf.GGUFWriter(str(path), "llama")
     w.add_name("capjudge-tiny-llava")
-    w.add_context_length(4096)
-    w.add_embedding_length(d)
-    w.add_block_count(_N_LAYER)
-    w.add_feed_forward_length(_N_FF)
-    w.add_head_count(_N_HEAD)
-    w.add_head_count_kv(_N_HEAD)
+    add_text_dims(w)
     w.add_layer_norm_rms_eps(1e-5)
     w.add_rope_dimension_count(d // _N_HEAD)
     w.add_rope_freq_base(10000.0)
@@ -137,26 +220,17 @@ def write_tiny_llama(path: str | Path, seed: int = 0) -> Path:
     w.add_add_eos_token(False)
     w.add_add_space_prefix(True)
 
-    def lin(n_out: int, n_in: int, scale: float) -> np.ndarray:
-        m = rng.normal(0.0, scale, (n_out, n_in)).astype(np.float32)
-        m[:, :s] = 0.0  # layers neither read the planted states...
-        return m
-
     w.add_tensor("token_embd.weight", emb)
     for b in range(_N_LAYER):
+        # layers neither read the planted states (masked_linear)...
         w.add_tensor(f"blk.{b}.attn_norm.weight", np.ones(d, np.float32))
-        w.add_tensor(f"blk.{b}.attn_q.weight", lin(d, d, 0.5))
-        w.add_tensor(f"blk.{b}.attn_k.weight", lin(d, d, 0.5))
-        w.add_tensor(f"blk.{b}.attn_v.weight", lin(d, d, 0.125))
-        o = lin(d, d, 0.03)
+        w.add_tensor(f"blk.{b}.attn_q.weight", masked_linear(rng, d, d, 0.5, s))
+        w.add_tensor(f"blk.{b}.attn_k.weight", masked_linear(rng, d, d, 0.5, s))
+        w.add_tensor(f"blk.{b}.attn_v.weight", masked_linear(rng, d, d, 0.125, s))
+        o = masked_linear(rng, d, d, 0.03, s)
         o[:s, :] = 0.0  # ...nor write into them, so the bigram table survives the residual stream
         w.add_tensor(f"blk.{b}.attn_output.weight", o)
-        w.add_tensor(f"blk.{b}.ffn_norm.weight", np.ones(d, np.float32))
-        w.add_tensor(f"blk.{b}.ffn_gate.weight", lin(_N_FF, d, 0.125))
-        w.add_tensor(f"blk.{b}.ffn_up.weight", lin(_N_FF, d, 0.125))
-        down = rng.normal(0.0, 0.05, (d, _N_FF)).astype(np.float32)
-        down[:s, :] = 0.0
-        w.add_tensor(f"blk.{b}.ffn_down.weight", down)
+        add_text_ffn(w, rng, b, s)
     w.add_tensor("output_norm.weight", np.ones(d, np.float32))
     w.add_tensor("output.weight", out)
     finish_gguf(w)
@@ -184,15 +258,9 @@ def write_tiny_clip_projector(path: str | Path, seed: int = 0, *, text_width: in
     w.add_bool("clip.has_text_encoder", False)
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.has_llava_projector", True)
-    w.add_string("clip.projector_type", "mlp")
-    w.add_uint32("clip.vision.image_size", image_size)
-    w.add_uint32("clip.vision.patch_size", p)
-    w.add_uint32("clip.vision.embedding_length", e)
-    w.add_uint32("clip.vision.feed_forward_length", ff)
-    w.add_uint32("clip.vision.projection_dim", text_width)
-    w.add_uint32("clip.vision.attention.head_count", n_head)
-    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-5)
-    w.add_uint32("clip.vision.block_count", n_layer)
+    add_clip_vision_keys(
+        w, "mlp", image_size=image_size, patch=p, width=e, ff=ff, text_width=text_width, n_head=n_head, eps=1e-5, n_layer=n_layer
+    )
     w.add_array("clip.vision.image_mean", [0.48145466, 0.4578275, 0.40821073])
     w.add_array("clip.vision.image_std", [0.26862954, 0.26130258, 0.27577711])
     w.add_bool("clip.use_gelu", False)
@@ -204,16 +272,7 @@ def write_tiny_clip_projector(path: str | Path, seed: int = 0, *, text_width: in
     w.add_tensor("v.pre_ln.weight", np.ones(e, np.float32))
     w.add_tensor("v.pre_ln.bias", np.zeros(e, np.float32))
     for b in range(n_layer):
-        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            w.add_tensor(f"v.blk.{b}.{name}.weight", r(e, e))
-            w.add_tensor(f"v.blk.{b}.{name}.bias", np.zeros(e, np.float32))
-        for name in ("ln1", "ln2"):
-            w.add_tensor(f"v.blk.{b}.{name}.weight", np.ones(e, np.float32))
-            w.add_tensor(f"v.blk.{b}.{name}.bias", np.zeros(e, np.float32))
-        w.add_tensor(f"v.blk.{b}.ffn_up.weight", r(ff, e))
-        w.add_tensor(f"v.blk.{b}.ffn_up.bias", np.zeros(ff, np.float32))
-        w.add_tensor(f"v.blk.{b}.ffn_down.weight", r(e, ff))
-        w.add_tensor(f"v.blk.{b}.ffn_down.bias", np.zeros(e, np.float32))
+        add_vision_block(w, r, b, e, ff)
     w.add_tensor("mm.0.weight", r(text_width, e, scale=0.3))
     w.add_tensor("mm.0.bias", np.zeros(text_width, np.float32))
     w.add_tensor("mm.2.weight", r(text_width, text_width, scale=0.3))

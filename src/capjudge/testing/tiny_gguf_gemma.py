@@ -23,7 +23,18 @@ from pathlib import Path
 
 import numpy as np
 
-from capjudge.testing.tiny_gguf import SPIECE_SPACE, TINY_WORDS, finish_gguf, plant_bigram
+from capjudge.testing.tiny_gguf import (
+    SPIECE_SPACE,
+    TINY_WORDS,
+    add_clip_vision_keys,
+    add_text_dims,
+    add_text_ffn,
+    add_vision_block,
+    finish_gguf,
+    masked_linear,
+    plant_bigram,
+    spiece_vocab,
+)
 
 __all__ = ["GEMMA_CHAT_TEMPLATE", "build_tiny_gemma3_gguf", "write_tiny_gemma3_projector", "write_tiny_gemma3_text"]
 
@@ -50,26 +61,12 @@ CONTROL_TOKENS: tuple[str, ...] = ("<start_of_turn>", "<end_of_turn>", "<start_o
 _N_EMBD = 64
 _N_HEAD = 4
 _N_LAYER = 2
-_N_FF = 96
 
 
 def _vocab() -> tuple[list[str], list[float], list[int]]:
     """Tokens, scores and token types of the tiny Gemma-style SentencePiece vocabulary."""
-    tokens = ["<pad>", "<eos>", "<bos>", "<unk>"]
-    types = [3, 3, 3, 2]  # CONTROL x3, UNKNOWN
-    tokens += [f"<0x{b:02X}>" for b in range(256)]
-    types += [6] * 256  # BYTE
-    singles = [SPIECE_SPACE] + [chr(c) for c in range(33, 127)]
-    tokens += singles
-    types += [1] * len(singles)
-    seen = set(tokens)
     pieces = [SPIECE_SPACE + w for w in TINY_WORDS] + ["user", "model", "Your", "Caption", "Score", "Why"]
-    for piece in pieces:
-        for k in range(2, len(piece) + 1):
-            if piece[:k] not in seen:
-                seen.add(piece[:k])
-                tokens.append(piece[:k])
-                types.append(1)
+    tokens, types = spiece_vocab(["<pad>", "<eos>", "<bos>", "<unk>"], [3, 3, 3, 2], pieces)  # CONTROL x3, UNKNOWN
     tokens += list(CONTROL_TOKENS)
     types += [3] * len(CONTROL_TOKENS)
     # SentencePiece merges the adjacent pair whose merged token scores highest: longer is better.
@@ -97,12 +94,7 @@ def write_tiny_gemma3_text(path: str | Path, seed: int = 0, *, chat_template: st
 
     w = gguf.GGUFWriter(str(path), "gemma3")
     w.add_name("capjudge-tiny-gemma-3")
-    w.add_context_length(4096)
-    w.add_embedding_length(d)
-    w.add_block_count(_N_LAYER)
-    w.add_feed_forward_length(_N_FF)
-    w.add_head_count(_N_HEAD)
-    w.add_head_count_kv(_N_HEAD)
+    add_text_dims(w)
     w.add_key_length(head)
     w.add_value_length(head)
     w.add_layer_norm_rms_eps(1e-6)
@@ -126,29 +118,20 @@ def write_tiny_gemma3_text(path: str | Path, seed: int = 0, *, chat_template: st
     if chat_template is not None:
         w.add_chat_template(chat_template)
 
-    def lin(n_out: int, n_in: int, scale: float) -> np.ndarray:
-        m = rng.normal(0.0, scale, (n_out, n_in)).astype(np.float32)
-        m[:, :s] = 0.0  # layers neither read the planted states...
-        return m
-
     w.add_tensor("token_embd.weight", emb)
     for b in range(_N_LAYER):
+        # layers neither read the planted states (masked_linear)...
         w.add_tensor(f"blk.{b}.attn_norm.weight", np.ones(d, np.float32))
-        w.add_tensor(f"blk.{b}.attn_q.weight", lin(d, d, 0.5))
-        w.add_tensor(f"blk.{b}.attn_k.weight", lin(d, d, 0.5))
-        w.add_tensor(f"blk.{b}.attn_v.weight", lin(d, d, 0.125))
+        w.add_tensor(f"blk.{b}.attn_q.weight", masked_linear(rng, d, d, 0.5, s))
+        w.add_tensor(f"blk.{b}.attn_k.weight", masked_linear(rng, d, d, 0.5, s))
+        w.add_tensor(f"blk.{b}.attn_v.weight", masked_linear(rng, d, d, 0.125, s))
         w.add_tensor(f"blk.{b}.attn_q_norm.weight", np.ones(head, np.float32))
         w.add_tensor(f"blk.{b}.attn_k_norm.weight", np.ones(head, np.float32))
-        o = lin(d, d, 0.03)
+        o = masked_linear(rng, d, d, 0.03, s)
         o[:s, :] = 0.0  # ...nor write into them (the post-norms keep zeros at zero)
         w.add_tensor(f"blk.{b}.attn_output.weight", o)
         w.add_tensor(f"blk.{b}.post_attention_norm.weight", np.full(d, 0.1, np.float32))
-        w.add_tensor(f"blk.{b}.ffn_norm.weight", np.ones(d, np.float32))
-        w.add_tensor(f"blk.{b}.ffn_gate.weight", lin(_N_FF, d, 0.125))
-        w.add_tensor(f"blk.{b}.ffn_up.weight", lin(_N_FF, d, 0.125))
-        down = rng.normal(0.0, 0.05, (d, _N_FF)).astype(np.float32)
-        down[:s, :] = 0.0
-        w.add_tensor(f"blk.{b}.ffn_down.weight", down)
+        add_text_ffn(w, rng, b, s)
         w.add_tensor(f"blk.{b}.post_ffw_norm.weight", np.full(d, 0.1, np.float32))
     w.add_tensor("output_norm.weight", np.ones(d, np.float32))
     w.add_tensor("output.weight", out)
@@ -170,15 +153,9 @@ def write_tiny_gemma3_projector(path: str | Path, seed: int = 0, *, text_width: 
     w = gguf.GGUFWriter(str(path), "clip")
     w.add_name("capjudge-tiny-gemma-3-mmproj")
     w.add_bool("clip.has_vision_encoder", True)
-    w.add_string("clip.projector_type", "gemma3")
-    w.add_uint32("clip.vision.image_size", size)
-    w.add_uint32("clip.vision.patch_size", p)
-    w.add_uint32("clip.vision.embedding_length", e)
-    w.add_uint32("clip.vision.feed_forward_length", ff)
-    w.add_uint32("clip.vision.projection_dim", text_width)
-    w.add_uint32("clip.vision.attention.head_count", n_head)
-    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    w.add_uint32("clip.vision.block_count", n_layer)
+    add_clip_vision_keys(
+        w, "gemma3", image_size=size, patch=p, width=e, ff=ff, text_width=text_width, n_head=n_head, eps=1e-6, n_layer=n_layer
+    )
     w.add_uint32("clip.vision.projector.scale_factor", 2)  # 8 x 8 patches pooled to 4 x 4 tokens
     w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
     w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
@@ -189,16 +166,7 @@ def write_tiny_gemma3_projector(path: str | Path, seed: int = 0, *, text_width: 
     w.add_tensor("v.patch_embd.bias", np.zeros(e, np.float32))
     w.add_tensor("v.position_embd.weight", r(n_patches, e))
     for b in range(n_layer):
-        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            w.add_tensor(f"v.blk.{b}.{name}.weight", r(e, e))
-            w.add_tensor(f"v.blk.{b}.{name}.bias", np.zeros(e, np.float32))
-        for name in ("ln1", "ln2"):
-            w.add_tensor(f"v.blk.{b}.{name}.weight", np.ones(e, np.float32))
-            w.add_tensor(f"v.blk.{b}.{name}.bias", np.zeros(e, np.float32))
-        w.add_tensor(f"v.blk.{b}.ffn_up.weight", r(ff, e))
-        w.add_tensor(f"v.blk.{b}.ffn_up.bias", np.zeros(ff, np.float32))
-        w.add_tensor(f"v.blk.{b}.ffn_down.weight", r(e, ff))
-        w.add_tensor(f"v.blk.{b}.ffn_down.bias", np.zeros(e, np.float32))
+        add_vision_block(w, r, b, e, ff)
     w.add_tensor("v.post_ln.weight", np.ones(e, np.float32))
     w.add_tensor("v.post_ln.bias", np.zeros(e, np.float32))
     w.add_tensor("mm.soft_emb_norm.weight", np.ones(e, np.float32))

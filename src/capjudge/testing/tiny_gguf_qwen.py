@@ -24,7 +24,16 @@ from pathlib import Path
 
 import numpy as np
 
-from capjudge.testing.tiny_gguf import TINY_WORDS, finish_gguf, plant_bigram
+from capjudge.testing.tiny_gguf import (
+    TINY_WORDS,
+    add_clip_vision_keys,
+    add_text_dims,
+    add_text_ffn,
+    add_vision_block,
+    finish_gguf,
+    masked_linear,
+    plant_bigram,
+)
 
 __all__ = ["QWEN_CHAT_TEMPLATE", "build_tiny_qwen25vl_gguf", "write_tiny_qwen2vl_text", "write_tiny_qwen25vl_projector"]
 
@@ -50,7 +59,6 @@ _EXTRA_WORDS: tuple[str, ...] = ("system", "user", "assistant", "You", "are", "h
 _N_EMBD = 64
 _N_HEAD = 4
 _N_LAYER = 2
-_N_FF = 96
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -104,12 +112,7 @@ def write_tiny_qwen2vl_text(path: str | Path, seed: int = 0, *, chat_template: s
 
     w = gguf.GGUFWriter(str(path), "qwen2vl")
     w.add_name("capjudge-tiny-qwen2.5-vl")
-    w.add_context_length(4096)
-    w.add_embedding_length(d)
-    w.add_block_count(_N_LAYER)
-    w.add_feed_forward_length(_N_FF)
-    w.add_head_count(_N_HEAD)
-    w.add_head_count_kv(_N_HEAD)
+    add_text_dims(w)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0)
     w.add_rope_dimension_count(d // _N_HEAD)
@@ -128,26 +131,17 @@ def write_tiny_qwen2vl_text(path: str | Path, seed: int = 0, *, chat_template: s
     if chat_template is not None:
         w.add_chat_template(chat_template)
 
-    def lin(n_out: int, n_in: int, scale: float) -> np.ndarray:
-        m = rng.normal(0.0, scale, (n_out, n_in)).astype(np.float32)
-        m[:, :s] = 0.0  # layers neither read the planted states...
-        return m
-
     w.add_tensor("token_embd.weight", emb)
     for b in range(_N_LAYER):
+        # layers neither read the planted states (masked_linear)...
         w.add_tensor(f"blk.{b}.attn_norm.weight", np.ones(d, np.float32))
         for name, scale in (("attn_q", 0.5), ("attn_k", 0.5), ("attn_v", 0.125)):
-            w.add_tensor(f"blk.{b}.{name}.weight", lin(d, d, scale))
+            w.add_tensor(f"blk.{b}.{name}.weight", masked_linear(rng, d, d, scale, s))
             w.add_tensor(f"blk.{b}.{name}.bias", rng.normal(0.0, 0.05, d).astype(np.float32))
-        o = lin(d, d, 0.03)
+        o = masked_linear(rng, d, d, 0.03, s)
         o[:s, :] = 0.0  # ...nor write into them, so the bigram table survives the residual stream
         w.add_tensor(f"blk.{b}.attn_output.weight", o)
-        w.add_tensor(f"blk.{b}.ffn_norm.weight", np.ones(d, np.float32))
-        w.add_tensor(f"blk.{b}.ffn_gate.weight", lin(_N_FF, d, 0.125))
-        w.add_tensor(f"blk.{b}.ffn_up.weight", lin(_N_FF, d, 0.125))
-        down = rng.normal(0.0, 0.05, (d, _N_FF)).astype(np.float32)
-        down[:s, :] = 0.0
-        w.add_tensor(f"blk.{b}.ffn_down.weight", down)
+        add_text_ffn(w, rng, b, s)
     w.add_tensor("output_norm.weight", np.ones(d, np.float32))
     w.add_tensor("output.weight", out)
     finish_gguf(w)
@@ -171,15 +165,9 @@ def write_tiny_qwen25vl_projector(path: str | Path, seed: int = 0, *, text_width
     w = gguf.GGUFWriter(str(path), "clip")
     w.add_name("capjudge-tiny-qwen2.5-vl-mmproj")
     w.add_bool("clip.has_vision_encoder", True)
-    w.add_string("clip.projector_type", projector_type)
-    w.add_uint32("clip.vision.image_size", 56)
-    w.add_uint32("clip.vision.patch_size", p)
-    w.add_uint32("clip.vision.embedding_length", e)
-    w.add_uint32("clip.vision.feed_forward_length", ff)
-    w.add_uint32("clip.vision.projection_dim", text_width)
-    w.add_uint32("clip.vision.attention.head_count", n_head)
-    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    w.add_uint32("clip.vision.block_count", n_layer)
+    add_clip_vision_keys(
+        w, projector_type, image_size=56, patch=p, width=e, ff=ff, text_width=text_width, n_head=n_head, eps=1e-6, n_layer=n_layer
+    )
     w.add_uint32("clip.vision.n_wa_pattern", 2)  # block 1 attends to the whole image, block 0 to windows
     w.add_array("clip.vision.image_mean", [0.48145466, 0.4578275, 0.40821073])
     w.add_array("clip.vision.image_std", [0.26862954, 0.26130258, 0.27577711])
@@ -189,16 +177,7 @@ def write_tiny_qwen25vl_projector(path: str | Path, seed: int = 0, *, text_width
     w.add_tensor("v.patch_embd.weight", r(e, 3, p, p, scale=0.05).astype(np.float16))
     w.add_tensor("v.patch_embd.weight.1", r(e, 3, p, p, scale=0.05).astype(np.float16))
     for b in range(n_layer):
-        for name in ("attn_q", "attn_k", "attn_v", "attn_out"):
-            w.add_tensor(f"v.blk.{b}.{name}.weight", r(e, e))
-            w.add_tensor(f"v.blk.{b}.{name}.bias", np.zeros(e, np.float32))
-        w.add_tensor(f"v.blk.{b}.ln1.weight", np.ones(e, np.float32))
-        w.add_tensor(f"v.blk.{b}.ln2.weight", np.ones(e, np.float32))
-        for name in ("ffn_gate", "ffn_up"):
-            w.add_tensor(f"v.blk.{b}.{name}.weight", r(ff, e))
-            w.add_tensor(f"v.blk.{b}.{name}.bias", np.zeros(ff, np.float32))
-        w.add_tensor(f"v.blk.{b}.ffn_down.weight", r(e, ff))
-        w.add_tensor(f"v.blk.{b}.ffn_down.bias", np.zeros(e, np.float32))
+        add_vision_block(w, r, b, e, ff, norm_bias=False, gated=True)  # RMS norms, SiLU-gated feed-forward
     w.add_tensor("v.post_ln.weight", np.ones(e, np.float32))
     w.add_tensor("mm.0.weight", r(4 * e, 4 * e, scale=0.2))
     w.add_tensor("mm.0.bias", np.zeros(4 * e, np.float32))
