@@ -17,7 +17,7 @@ Its scores mean nothing. It is for tests, the offline demo and speed benchmarks.
 from __future__ import annotations
 
 import random
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -271,6 +271,30 @@ def strengthen_judge_signal(model, tokenizer, *, layer_scale: float = 0.1, mood_
         model.lm_head.weight[tokenizer.eos_token_id, cols] += eos_boost
 
 
+def token_lookup(tokenizer: Any) -> Callable[[str], int]:
+    """A function from a token of the tiny tokenizer to its id; it raises ``RuntimeError`` for a
+    token the tokenizer lacks (which it would otherwise map to ``<unk>``)."""
+
+    def tid(t: str) -> int:
+        i = tokenizer.convert_tokens_to_ids(t)
+        if i is None or i == tokenizer.unk_token_id:
+            raise RuntimeError(f"tiny tokenizer lacks token {t!r}")
+        return int(i)
+
+    return tid
+
+
+def seeded_randn(gen: Any) -> Callable[..., Any]:
+    """``randn(*shape, std=1.0)``: a normal tensor of ``shape`` times ``std``, drawn from the
+    ``torch.Generator`` ``gen``."""
+    import torch
+
+    def randn(*shape: int, std: float = 1.0) -> torch.Tensor:
+        return torch.randn(*shape, generator=gen) * std
+
+    return randn
+
+
 def _make_judge_like(model, tokenizer, head_dim: int, seed: int) -> None:
     """Hand-set a few weights so that greedy answers look like FLEUR answers (see module doc).
 
@@ -292,14 +316,7 @@ def _make_judge_like(model, tokenizer, head_dim: int, seed: int) -> None:
     free = [i for i in range(h) if i not in reserved]
     gen = torch.Generator().manual_seed(seed + 1)
 
-    def tid(t: str) -> int:
-        i = tokenizer.convert_tokens_to_ids(t)
-        if i is None or i == tokenizer.unk_token_id:
-            raise RuntimeError(f"tiny tokenizer lacks token {t!r}")
-        return int(i)
-
-    def randn(*shape: int, std: float = 1.0) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen) * std
+    tid, randn = token_lookup(tokenizer), seeded_randn(gen)
 
     ids_digits = [tid(str(d)) for d in range(10)]
     eos = tokenizer.eos_token_id

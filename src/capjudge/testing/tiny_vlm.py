@@ -41,6 +41,8 @@ from capjudge.testing.tiny_llava import (
     OPENAI_CLIP_STD,
     PAIR_WORD,
     build_tokenizer,
+    seeded_randn,
+    token_lookup,
 )
 
 LIST_WORD = "numbering"
@@ -464,14 +466,7 @@ def _judge_like(model: Any, tokenizer: Any, end_ids: list[int], seed: int) -> di
     free = [i for i in range(h) if i not in reserved]
     gen = torch.Generator().manual_seed(seed + 1)
 
-    def tid(t: str) -> int:
-        i = tokenizer.convert_tokens_to_ids(t)
-        if i is None or i == tokenizer.unk_token_id:
-            raise RuntimeError(f"tiny tokenizer lacks token {t!r}")
-        return int(i)
-
-    def randn(*shape: int, std: float = 1.0) -> torch.Tensor:
-        return torch.randn(*shape, generator=gen) * std
+    tid, randn = token_lookup(tokenizer), seeded_randn(gen)
 
     digits = [tid(str(d)) for d in range(10)]
     first, second = digits[1:5], digits[5:]
