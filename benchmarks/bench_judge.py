@@ -208,9 +208,25 @@ def timed(fn: Callable[[], Any], torch: Any, cuda: bool) -> float:
     return time.perf_counter() - t0
 
 
+def _greedy_new_ids(net: Any, inputs: Any, max_new_tokens: int, pad_token_id: int | None) -> list[int]:
+    """One full greedy ``generate`` with scores (as FLEUR's code calls it); the new token ids."""
+    import torch
+
+    with torch.inference_mode():
+        out = net.generate(
+            **inputs,
+            max_new_tokens=max_new_tokens,
+            do_sample=False,
+            num_beams=1,
+            output_scores=True,
+            return_dict_in_generate=True,
+            pad_token_id=pad_token_id,
+        )
+    return out.sequences[0, inputs["input_ids"].shape[1] :].tolist()
+
+
 def reference_style(backend: Any, image: Path, captions: Sequence[str], max_new_tokens: int) -> list[Any]:
     """FLEUR's code path: for each caption, preprocess and run one full ``generate`` with scores."""
-    import torch
     from PIL import Image
 
     from capjudge.images import pad_to_square
@@ -225,24 +241,13 @@ def reference_style(backend: Any, image: Path, captions: Sequence[str], max_new_
         prompt = f"{LLAVA_V1_SYSTEM} USER: <image>\n{tpl.render(caption=caption)} ASSISTANT:"
         inputs = proc(images=img, text=prompt, return_tensors="pt").to(backend.device)
         inputs["pixel_values"] = inputs["pixel_values"].to(net.dtype)
-        with torch.inference_mode():
-            out = net.generate(
-                **inputs,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                num_beams=1,
-                output_scores=True,
-                return_dict_in_generate=True,
-                pad_token_id=proc.tokenizer.pad_token_id,
-            )
-        outs.append(out.sequences[0, inputs["input_ids"].shape[1] :].tolist())
+        outs.append(_greedy_new_ids(net, inputs, max_new_tokens, proc.tokenizer.pad_token_id))
     return outs
 
 
 def reference_generic(backend: Any, judge: Any, image: Path, captions: Sequence[str], max_new_tokens: int) -> list[Any]:
     """FLEUR's code path on any architecture: for each caption, load the image, run the processor
     on the judge's prompt and one full ``generate`` with scores."""
-    import torch
 
     from capjudge import Sample
 
@@ -250,17 +255,7 @@ def reference_generic(backend: Any, judge: Any, image: Path, captions: Sequence[
     outs = []
     for i, caption in enumerate(captions):
         inputs = backend.encode([judge._score_request(judge._prepare(i, Sample(image, caption)))])
-        with torch.inference_mode():
-            out = net.generate(
-                **inputs,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                num_beams=1,
-                output_scores=True,
-                return_dict_in_generate=True,
-                pad_token_id=backend.tokenizer.pad_token_id,
-            )
-        outs.append(out.sequences[0, inputs["input_ids"].shape[1] :].tolist())
+        outs.append(_greedy_new_ids(net, inputs, max_new_tokens, backend.tokenizer.pad_token_id))
     return outs
 
 
