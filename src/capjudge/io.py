@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Iterator
+import os
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -48,6 +50,25 @@ def _references(value: Any) -> list[str]:
                 pass
         return [p.strip() for p in text.split("|") if p.strip()]
     return [str(value)]
+
+
+def write_atomically(path: Path, write: Callable[[IO[str]], None]) -> None:
+    """Replace the text file ``path`` with what ``write(fh)`` writes, atomically.
+
+    The text goes to a temporary file in ``path``'s folder, is synced to disk and renamed over
+    ``path``: a reader (or a crash) sees the old file or the new one, never a part. On any error the
+    temporary file is removed and ``path`` is left as it was.
+    """
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any, str | None, str]]:

@@ -19,14 +19,12 @@ comparison mode, or holding scored records for rows that are no longer in the in
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
-from capjudge.io import iter_jsonl
+from capjudge.io import iter_jsonl, write_atomically
 from capjudge.redact import scrub_record
 from capjudge.types import PairResult, ScoreResult
 
@@ -162,17 +160,11 @@ class ResultsFile:
         self.written += 1
 
     def _rewrite(self, records: Sequence[tuple[int, dict[str, Any]]]) -> None:
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                for _, rec in records:
-                    fh.write(json.dumps(rec, ensure_ascii=False, default=float) + "\n")
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        def write(fh: IO[str]) -> None:
+            for _, rec in records:
+                fh.write(json.dumps(rec, ensure_ascii=False, default=float) + "\n")
+
+        write_atomically(self.path, write)
 
     def close(self) -> None:
         """Close the file and put its records in input row order (atomically)."""

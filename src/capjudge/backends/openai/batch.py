@@ -27,13 +27,13 @@ import hashlib
 import json
 import os
 import secrets
-import tempfile
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capjudge.io import write_atomically
 from capjudge.redact import get_logger, scrub
 
 log = get_logger("capjudge.backends.openai.batch")
@@ -245,16 +245,8 @@ class BatchState:
     def save(self) -> None:
         """Write the state atomically."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", suffix=".tmp", dir=self.path.parent)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as fh:
-                json.dump(self.to_dict(), fh, indent=1)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.replace(tmp, self.path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        state = self.to_dict()
+        write_atomically(self.path, lambda fh: json.dump(state, fh, indent=1))
 
     @property
     def next_round(self) -> int:
