@@ -10,7 +10,6 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytestmark = pytest.mark.llamacpp
@@ -32,6 +31,7 @@ from capjudge.backends.registry import load_backend  # noqa: E402
 from capjudge.images import load_image  # noqa: E402
 from capjudge.judges.smoothing import smooth_from_steps  # noqa: E402
 from capjudge.testing.tiny_gguf import build_tiny_llava_gguf  # noqa: E402
+from llamacpp_helpers import assert_steps_match_scores, reference_chat  # noqa: E402
 
 SYSTEM = (
     "A chat between a curious human and an artificial intelligence assistant. The assistant gives "
@@ -162,26 +162,13 @@ def test_digit_logprobs_equal_llama_cpp_logits(backend: LlamaCppBackend, tiny: t
         n_ctx=512, logits_all=True, verbose=False,
     )
     try:
-        ref = llm.create_chat_completion(
-            messages=[
-                {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": [
-                    {"type": "image_url", "image_url": {"url": RED.data_url()}},
-                    {"type": "text", "text": FLEUR_LIKE.format(c=caption)},
-                ]},
-            ],
-            temperature=0.0, repeat_penalty=1.0, max_tokens=16,
-        )
+        ref = reference_chat(llm, SYSTEM, FLEUR_LIKE.format(c=caption), RED.data_url())
         assert ref["choices"][0]["message"]["content"].strip() == ours.text
         assert ref["usage"]["prompt_tokens"] == ours.usage.prompt_tokens
         n_prompt = ref["usage"]["prompt_tokens"]
         vocab = {llm._model.token_get_text(i): i for i in range(llm.n_vocab())}
         digit_ids = [vocab[d] for d in DIGITS]
-        for k, step in enumerate(ours.steps):
-            logits = np.asarray(llm.scores[n_prompt - 1 + k], dtype=np.float64)
-            logp = logits - np.logaddexp.reduce(logits)
-            assert step.digits == pytest.approx(logp[digit_ids].tolist(), abs=1e-4)
-            assert step.logprob == pytest.approx(float(logp.max()), abs=1e-4)
+        assert_steps_match_scores(llm, ours.steps, n_prompt, digit_ids)
     finally:
         llm.close()
 

@@ -14,7 +14,6 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 pytestmark = pytest.mark.llamacpp
@@ -48,6 +47,7 @@ from capjudge.judges.smoothing import smooth_from_steps  # noqa: E402
 from capjudge.testing.tiny_gguf import build_tiny_llava_gguf  # noqa: E402
 from capjudge.testing.tiny_gguf_gemma import GEMMA_CHAT_TEMPLATE, build_tiny_gemma3_gguf  # noqa: E402
 from capjudge.testing.tiny_gguf_qwen import QWEN_CHAT_TEMPLATE, build_tiny_qwen25vl_gguf  # noqa: E402
+from llamacpp_helpers import assert_steps_match_scores, reference_chat  # noqa: E402
 
 SYSTEM = "A chat between a curious human and an artificial intelligence assistant."
 FLEUR_LIKE = "Your task is to evaluate and rate the caption on a scale of 0.0 to 1.0.\n\nCaption: {c}\n\nScore:"
@@ -239,27 +239,14 @@ def test_digit_logprobs_equal_llama_cpp_logits(family) -> None:
         n_ctx=1024, logits_all=True, verbose=False,
     )
     try:
-        ref = llm.create_chat_completion(
-            messages=[
-                {"role": "system", "content": SYSTEM},
-                {"role": "user", "content": [
-                    {"type": "image_url", "image_url": {"url": RED.data_url()}},
-                    {"type": "text", "text": FLEUR_LIKE.format(c=caption)},
-                ]},
-            ],
-            temperature=0.0, repeat_penalty=1.0, max_tokens=16,
-        )
+        ref = reference_chat(llm, SYSTEM, FLEUR_LIKE.format(c=caption), RED.data_url())
         assert ref["choices"][0]["message"]["content"].strip() == ours.text
         # llama-cpp-python counts positions; the backend reports tokens (Qwen: the image's 12, not 4)
         n_pos = ref["usage"]["prompt_tokens"]
         assert n_pos == sum(c.n_pos for c in chunks)
         assert ours.usage.prompt_tokens == sum(c.n_tokens for c in chunks)
         digit_ids = [llm.tokenize(d.encode(), add_bos=False)[0] for d in DIGITS]
-        for k, step in enumerate(ours.steps):
-            logits = np.asarray(llm.scores[n_pos - 1 + k], dtype=np.float64)
-            logp = logits - np.logaddexp.reduce(logits)
-            assert step.digits == pytest.approx(logp[digit_ids].tolist(), abs=1e-4)
-            assert step.logprob == pytest.approx(float(logp.max()), abs=1e-4)
+        assert_steps_match_scores(llm, ours.steps, n_pos, digit_ids)
     finally:
         llm.close()
 
