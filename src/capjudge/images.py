@@ -79,7 +79,8 @@ def _decode(data: bytes, label: str) -> PILImage.Image:
     except (OSError, ValueError, Image.DecompressionBombError) as exc:
         raise ImageError(f"image {label!r} could not be decoded: {stable(str(exc))}") from None
     fmt = img.format
-    rgb = img.convert("RGB")
+    # Already RGB (most JPEGs): keep the decoded image, as convert() would only copy it.
+    rgb = img if img.mode == "RGB" else img.convert("RGB")
     rgb.info["format"] = fmt
     return rgb
 
