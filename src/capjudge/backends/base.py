@@ -280,3 +280,48 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec or self.model!r})"
+
+
+class DelegatingBackend(Backend):
+    """A backend that presents itself as ``inner``: kind, model, spec, capabilities, identity and
+    cache keys are the wrapped backend's (so results and cache entries name the real model), and any
+    other attribute (usage tracker, options) is read from it. Subclasses change how requests are
+    answered (the response cache, the Batch API's planning and replay passes)."""
+
+    def __init__(self, inner: Backend) -> None:
+        self.inner = inner
+
+    @property  # type: ignore[override]
+    def kind(self) -> str:  # type: ignore[override]
+        """The wrapped backend's kind."""
+        return self.inner.kind
+
+    @property  # type: ignore[override]
+    def model(self) -> str:  # type: ignore[override]
+        """The wrapped backend's model id."""
+        return self.inner.model
+
+    @property  # type: ignore[override]
+    def spec(self) -> str:  # type: ignore[override]
+        """The wrapped backend's spec string."""
+        return self.inner.spec
+
+    @property  # type: ignore[override]
+    def capabilities(self) -> Capabilities:  # type: ignore[override]
+        """The wrapped backend's capabilities."""
+        return self.inner.capabilities
+
+    def identity(self) -> dict[str, Any]:
+        """The wrapped backend's identity."""
+        return self.inner.identity()
+
+    def cache_key(self, request: Request) -> str:
+        """The wrapped backend's key for ``request``."""
+        return self.inner.cache_key(request)
+
+    def __getattr__(self, name: str) -> Any:
+        # Only reached for names the wrapper lacks; "inner" itself is refused so that a half-built
+        # wrapper (before __init__) does not recurse.
+        if name == "inner":
+            raise AttributeError(name)
+        return getattr(self.inner, name)

@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from capjudge.backends.base import Backend, Capabilities, Completion, PromptTokens, Request
+from capjudge.backends.base import Backend, Completion, DelegatingBackend, PromptTokens, Request
 from capjudge.redact import scrub_data
 
 FORMAT_VERSION = 1
@@ -149,14 +149,14 @@ class ResponseCache:
         self._cache.close()
 
 
-class CachedBackend(Backend):
+class CachedBackend(DelegatingBackend):
     """Answers cached requests from a :class:`ResponseCache` and sends only the misses to ``inner``.
 
     ``read=False`` ignores cached answers (but still stores new ones); ``write=False`` never stores.
     """
 
     def __init__(self, inner: Backend, cache: ResponseCache | str | Path, *, read: bool = True, write: bool = True) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.cache = cache if isinstance(cache, ResponseCache) else ResponseCache(cache)
         self.read = read
         self.write = write
@@ -167,44 +167,9 @@ class CachedBackend(Backend):
         self._pending: deque[tuple[str, concurrent.futures.Future[Completion | BaseException], concurrent.futures.Future[Completion | BaseException]]] = deque()
         self._draining = False
 
-    # Delegate what identifies the backend, so results name the real model.
-    @property  # type: ignore[override]
-    def kind(self) -> str:  # type: ignore[override]
-        """The wrapped backend's kind."""
-        return self.inner.kind
-
-    @property  # type: ignore[override]
-    def model(self) -> str:  # type: ignore[override]
-        """The wrapped backend's model id."""
-        return self.inner.model
-
-    @property  # type: ignore[override]
-    def spec(self) -> str:  # type: ignore[override]
-        """The wrapped backend's spec string."""
-        return self.inner.spec
-
-    @property  # type: ignore[override]
-    def capabilities(self) -> Capabilities:  # type: ignore[override]
-        """The wrapped backend's capabilities."""
-        return self.inner.capabilities
-
-    def identity(self) -> dict[str, Any]:
-        """The wrapped backend's identity."""
-        return self.inner.identity()
-
-    def cache_key(self, request: Request) -> str:
-        """The wrapped backend's key for ``request``."""
-        return self.inner.cache_key(request)
-
     def prompt_tokens(self, request: Request) -> PromptTokens | None:
         """The wrapped backend's prompt tokens (never cached)."""
         return self.inner.prompt_tokens(request)
-
-    def __getattr__(self, name: str) -> Any:
-        # Anything else (usage tracker, options) comes from the wrapped backend.
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
 
     def _key(self, request: Request) -> str | None:
         try:

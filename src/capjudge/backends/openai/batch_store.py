@@ -30,6 +30,7 @@ from capjudge.backends.base import (
     Capabilities,
     Completion,
     ContextLengthError,
+    DelegatingBackend,
     Request,
 )
 from capjudge.backends.cache import CachedBackend, cacheable
@@ -125,51 +126,15 @@ def _done(value: Completion | BaseException) -> concurrent.futures.Future[Comple
     return future
 
 
-class _StandIn(Backend):
-    """Looks like ``outer`` (the judge's own backend: kind, model, spec, identity, cache keys) so
+class _StandIn(DelegatingBackend):
+    """Looks like ``inner``, the judge's own backend (kind, model, spec, identity, cache keys), so
     records and keys are the same as the online run's."""
-
-    def __init__(self, outer: Backend) -> None:
-        self.outer = outer
-
-    @property  # type: ignore[override]
-    def kind(self) -> str:  # type: ignore[override]
-        """The judge's backend's kind."""
-        return self.outer.kind
-
-    @property  # type: ignore[override]
-    def model(self) -> str:  # type: ignore[override]
-        """The judge's backend's model."""
-        return self.outer.model
-
-    @property  # type: ignore[override]
-    def spec(self) -> str:  # type: ignore[override]
-        """The judge's backend's spec."""
-        return self.outer.spec
-
-    @property  # type: ignore[override]
-    def capabilities(self) -> Capabilities:  # type: ignore[override]
-        """The judge's backend's capabilities."""
-        return self.outer.capabilities
-
-    def identity(self) -> dict[str, Any]:
-        """The judge's backend's identity."""
-        return self.outer.identity()
-
-    def cache_key(self, request: Request) -> str:
-        """The judge's backend's cache key."""
-        return self.outer.cache_key(request)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "outer":
-            raise AttributeError(name)
-        return getattr(self.outer, name)
 
     def _cached(self, key: str, request: Request) -> Completion | None:
         """The response cache's answer, when the judge's backend reads one."""
-        outer = self.outer
-        if isinstance(outer, CachedBackend) and outer.read and cacheable(request):
-            return outer.cache.get(key)
+        judge_backend = self.inner
+        if isinstance(judge_backend, CachedBackend) and judge_backend.read and cacheable(request):
+            return judge_backend.cache.get(key)
         return None
 
     def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
@@ -198,7 +163,7 @@ class PlanningBackend(_StandIn):
     @property  # type: ignore[override]
     def capabilities(self) -> Capabilities:  # type: ignore[override]
         """The judge's backend's, with a window wide enough that the pass never waits."""
-        return replace(self.outer.capabilities, concurrency=4096)
+        return replace(self.inner.capabilities, concurrency=4096)
 
     @contextlib.contextmanager
     def bypass_reads(self) -> Iterator[None]:
@@ -212,7 +177,7 @@ class PlanningBackend(_StandIn):
     def submit(self, request: Request) -> concurrent.futures.Future[Completion | BaseException]:
         """A known answer or error at once; else one batch line and a :class:`Deferred`."""
         try:
-            key = self.outer.cache_key(request)
+            key = self.inner.cache_key(request)
         except Exception as exc:  # noqa: BLE001 - an unusable request is its own error
             return _done(exc)
         known: Completion | BaseException | None = self.store.answer(key) or self.store.error(key)
@@ -257,7 +222,7 @@ class ReplayBackend(_StandIn):
     def bypass_reads(self) -> Iterator[None]:
         """``--retry-errors`` rows: the judge's backend skips its cache (this run's answers stay)."""
         with contextlib.ExitStack() as stack:
-            bypass = getattr(self.outer, "bypass_reads", None)
+            bypass = getattr(self.inner, "bypass_reads", None)
             if callable(bypass):
                 stack.enter_context(bypass())
             yield
@@ -265,7 +230,7 @@ class ReplayBackend(_StandIn):
     def submit(self, request: Request) -> concurrent.futures.Future[Completion | BaseException]:
         """This run's answer or line error; else the response cache; else online (if allowed)."""
         try:
-            key = self.outer.cache_key(request)
+            key = self.inner.cache_key(request)
         except Exception as exc:  # noqa: BLE001
             return _done(exc)
         answer = self.store.answer(key)
@@ -273,7 +238,7 @@ class ReplayBackend(_StandIn):
             if key not in self._counted:  # a duplicate row reuses the answer: one call, one cost
                 self._counted.add(key)
                 cost = answer.meta.get("cost_usd")
-                self.usage.settle(0.0, answer.model or self.outer.model, answer.usage, cost if isinstance(cost, (int, float)) else None, batch=True)
+                self.usage.settle(0.0, answer.model or self.inner.model, answer.usage, cost if isinstance(cost, (int, float)) else None, batch=True)
             return _done(answer)
         error = self.store.error(key)
         if error is not None:
@@ -283,7 +248,7 @@ class ReplayBackend(_StandIn):
             return _done(hit)
         if self.allow_online or self.store.online(key):
             self.online += 1
-            return self.outer.submit(request)
+            return self.inner.submit(request)
         return _done(BatchNotAnswered(scrub("the request was not answered by the run's batches; run the same command again")))
 
 
