@@ -265,7 +265,7 @@ def _bad_row_result(row: Any, method: Any, judge: Any) -> Any:
     its scale is the method's, as every other record of the run)."""
     from capjudge.types import ScoreResult
 
-    return ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=str(row.line), scale=method.scale)
+    return ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=row.id or str(row.line), scale=method.scale)
 
 
 def _finish(tally: Any) -> int:
@@ -351,7 +351,7 @@ def _resume_note(con: Any, plan: Any) -> None:
 
 
 def _cmd_score(args: argparse.Namespace) -> int:
-    from capjudge.io import read_samples
+    from capjudge.inputcheck import load_items
     from capjudge.outfile import score_key
     from capjudge.summary import RunTally
     from capjudge.types import ScoreResult
@@ -361,7 +361,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
     _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)])
     batch_commands.check_batch_args(args)
-    rows = list(read_samples(args.input))
+    rows = load_items(args.input)  # no rows, or an id twice: exit 2
     if args.limit is not None:
         rows = rows[: args.limit]
     _check_ray_args(args)
@@ -436,7 +436,7 @@ def _html_report(args: argparse.Namespace) -> None:
 
 # -------------------------------------------------------------------------------------- compare
 def _cmd_compare(args: argparse.Namespace) -> int:
-    from capjudge.io import read_pairs
+    from capjudge.inputcheck import load_items
     from capjudge.judges.pairwise import run_fields
     from capjudge.outfile import pair_key
     from capjudge.summary import RunTally
@@ -448,7 +448,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
     _preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out, reports=[("--html", args.html)])
     batch_commands.check_batch_args(args)
-    rows = list(read_pairs(args.input))
+    rows = load_items(args.input, pairs=True)  # no rows, or an id twice: exit 2
     if args.limit is not None:
         rows = rows[: args.limit]
     tally = RunTally(method=method.name)
@@ -459,7 +459,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
         session = batch_commands.session_for(args, judge, run, _backend_options(args))
 
         def bad_row(row: Any) -> PairResult:
-            return PairResult(image="", caption_a="", caption_b="", verdict=None, method=run["method"], backend=judge.backend_spec, model=judge.backend.model, template_hash=run["template_hash"], mode=run["mode"], status="error", error=row.error, id=str(row.line))
+            return PairResult(image="", caption_a="", caption_b="", verdict=None, method=run["method"], backend=judge.backend_spec, model=judge.backend.model, template_hash=run["template_hash"], mode=run["mode"], status="error", error=row.error, id=row.id or str(row.line))
 
         def stream(pairs: list[Any]) -> Iterator[tuple[int, Any]]:
             return judge.compare_stream(pairs, mode=mode)  # type: ignore[no-any-return]
@@ -504,7 +504,8 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     import json
     from contextlib import nullcontext
 
-    from capjudge.io import BadRow, ResultWriter, read_samples
+    from capjudge.inputcheck import load_items
+    from capjudge.io import BadRow, ResultWriter
     from capjudge.summary import RunTally
 
     method = _method_with_template(args.method, args.template, args.template_file)
@@ -513,7 +514,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     rows: list[Any]
     _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out)
     if args.input:
-        rows = list(read_samples(args.input))
+        rows = load_items(args.input, unique_ids=False)  # no rows: exit 2
     elif args.image and args.caption:
         rows = [{"image": args.image, "caption": args.caption, "references": args.reference or [], "id": "0"}]
     else:

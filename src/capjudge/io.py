@@ -3,7 +3,10 @@
 Input rows: ``image`` (path, relative to ``--images DIR`` when given), ``caption``, optional
 ``references`` (a JSON list, or in CSV a JSON list or ``|``-separated text) and ``id``. Pairs:
 ``image``, ``caption_a``, ``caption_b``. A malformed row does not stop the reading: it becomes a
-:class:`BadRow` that the CLI turns into an ``error`` record naming the line and the cause.
+:class:`BadRow` that the CLI turns into an ``error`` record naming the line and the cause. Files are
+read as bytes and decoded row by row (:mod:`capjudge.rowtext`): a byte that is not UTF-8, a lone
+surrogate (``"\\ud800"``) or a caption that is not text (NaN, a boolean, an object) costs its row
+only; a UTF-8 byte-order mark is dropped.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from capjudge.redact import scrub_record
+from capjudge.rowtext import FieldError, HeaderError, read_csv, read_lines, surrogate_field, text_value
 from capjudge.types import PairResult, ScoreResult
 
 
@@ -27,29 +31,31 @@ class InputFormatError(ValueError):
 
 @dataclass(frozen=True)
 class BadRow:
-    """A row that could not be read: where it is and why."""
+    """A row that could not be read: where it is and why; ``id``: the row's id when it could be
+    read (the error record carries it; else the CLI uses the row number)."""
 
     line: int
     error: str
     raw: str = ""
+    id: str | None = None
 
 
 def _references(value: Any) -> list[str]:
     if value is None or value == "":
         return []
     if isinstance(value, list):
-        return [str(v) for v in value]
+        return [text_value(v, f"references[{i}]") for i, v in enumerate(value)]
     if isinstance(value, str):
         text = value.strip()
         if text.startswith("["):
             try:
                 parsed = json.loads(text)
                 if isinstance(parsed, list):
-                    return [str(v) for v in parsed]
+                    return [text_value(v, f"references[{i}]") for i, v in enumerate(parsed)]
             except json.JSONDecodeError:
                 pass
         return [p.strip() for p in text.split("|") if p.strip()]
-    return [str(value)]
+    return [text_value(value, "references")]  # raises: not text, not a list
 
 
 def write_atomically(path: Path, write: Callable[[IO[str]], None]) -> None:
@@ -74,76 +80,149 @@ def write_atomically(path: Path, write: Callable[[IO[str]], None]) -> None:
 def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any, str | None, str]]:
     """``(line number, value, error, text)`` for each non-blank line of a JSONL file: ``value`` is
     the parsed JSON (``None`` when the line is not JSON, and ``error`` then says why), ``text`` the
-    stripped line. Opening and decoding errors propagate to the caller."""
-    with Path(path).open(encoding="utf-8") as fh:
-        for i, line in enumerate(fh, start=1):
-            text = line.strip()
-            if not text:
-                continue
-            try:
-                yield i, json.loads(line), None, text
-            except json.JSONDecodeError as exc:
-                yield i, None, exc.msg, text
+    stripped line. A line that is not UTF-8 gives ``None`` and the reason; a leading BOM is dropped.
+    Opening errors propagate to the caller."""
+    for line in read_lines(path):
+        if line.error is not None:
+            yield line.number, None, line.error, line.text
+            continue
+        try:
+            yield line.number, json.loads(line.text), None, line.text
+        except json.JSONDecodeError as exc:
+            yield line.number, None, exc.msg, line.text
+
+
+def _clean_id(row: Any) -> str | None:
+    """A row's ``id`` when it is usable text (for the error record of a row that cannot be used)."""
+    if not isinstance(row, dict):
+        return None
+    try:
+        rid = text_value(row.get("id"), "id", numbers=True)
+    except FieldError:
+        return None
+    return rid if rid and surrogate_field(rid) is None and "\ufffd" not in rid else None
+
+
+def _json_row(i: int, row: Any, text: str, what: str) -> dict[str, Any] | BadRow:
+    """A parsed JSON row, or the :class:`BadRow` saying why it cannot be used (``what``: "line 3")."""
+    if not isinstance(row, dict):
+        return BadRow(i, f"{what} is not a JSON object", text[:200])
+    field = surrogate_field(row)
+    if field is not None:
+        # Written back as UTF-8 it would stop the run: the row is reported, never echoed raw.
+        return BadRow(i, f"{what}: {field} holds a lone surrogate (an escape such as \\ud800 that is not a character), not text", text[:200], _clean_id(row))
+    return row
 
 
 def read_rows(path: str | Path) -> Iterator[dict[str, Any] | BadRow]:
     """Rows of a JSONL or CSV file (by extension; ``.json`` holding a list is accepted too)."""
+    for _, row in read_numbered_rows(path):
+        yield row
+
+
+def read_numbered_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any] | BadRow]]:
+    """``(line, row)`` for each row of a JSONL or CSV file (``.json``: the item number): the line
+    the row starts on, and the row or the :class:`BadRow` saying why it cannot be read."""
     p = Path(path)
     if not p.is_file():
         raise InputFormatError(f"input file {str(p)!r} not found")
     suffix = p.suffix.lower()
     if suffix == ".csv":
-        with p.open(newline="", encoding="utf-8") as fh:
-            for i, row in enumerate(csv.DictReader(fh), start=2):
-                yield {k.strip(): v for k, v in row.items() if k is not None} if row else BadRow(i, "empty row")
+        try:
+            for i, cells, error in read_csv(p):
+                if cells is None:
+                    yield i, BadRow(i, f"line {i}: {error}")
+                else:
+                    yield i, (dict(cells) if cells else BadRow(i, "empty row"))
+        except HeaderError as exc:
+            raise InputFormatError(f"{p}: {exc}") from None
+        except csv.Error as exc:
+            raise InputFormatError(f"{p}: not a readable CSV file: {exc}") from None
         return
     if suffix == ".json":
         try:
-            data = json.loads(p.read_text(encoding="utf-8"))
+            data = json.loads(p.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise InputFormatError(f"{p}: not valid UTF-8 (byte 0x{exc.object[exc.start:exc.start + 1].hex()} at byte {exc.start + 1}); save the file as UTF-8") from None
         except json.JSONDecodeError as exc:
             raise InputFormatError(f"{p}: not valid JSON: {exc}") from None
         if not isinstance(data, list):
             raise InputFormatError(f"{p}: a .json input must hold a list of objects (use JSONL for streams)")
         for i, row in enumerate(data, start=1):
-            yield row if isinstance(row, dict) else BadRow(i, f"item {i} is not an object")
+            yield i, (_json_row(i, row, "", f"item {i}") if isinstance(row, dict) else BadRow(i, f"item {i} is not an object"))
         return
     for i, row, error, text in iter_jsonl(p):
         if error is not None:
-            yield BadRow(i, f"line {i} is not valid JSON: {error}", text[:200])
+            if error.startswith("not valid UTF-8"):
+                yield i, BadRow(i, f"line {i} is {error}", text[:200], _clean_id(_loads_or_none(text)))
+            else:
+                yield i, BadRow(i, f"line {i} is not valid JSON: {error}", text[:200])
         else:
-            yield row if isinstance(row, dict) else BadRow(i, f"line {i} is not a JSON object", text[:200])
+            yield i, _json_row(i, row, text, f"line {i}")
+
+
+def _loads_or_none(text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
+
+
+def _from_row(row: dict[str, Any], line: int, captions: tuple[str, ...]) -> dict[str, Any] | BadRow:
+    """A sample (``captions`` = ``("caption",)``) or pair dict of ``row``, or what is wrong with it.
+
+    Caption fields and references must be JSON strings; ``image`` and ``id`` may be finite numbers
+    (taken as Python writes them). NaN, Infinity, booleans, objects and lists are errors naming the
+    field (never the text ``"nan"`` or ``"True"``).
+    """
+    missing = [k for k in ("image", *captions) if k not in row or row[k] is None]
+    if missing:
+        return BadRow(line, f"row {line}: missing field(s) {', '.join(missing)}", json.dumps(row)[:200], _clean_id(row))
+    try:
+        out: dict[str, Any] = {"image": text_value(row["image"], "image", numbers=True)}
+        out.update((k, text_value(row[k], k)) for k in captions)
+        out["references"] = _references(row.get("references"))
+        rid = row.get("id")
+        out["id"] = text_value(rid, "id", numbers=True) if rid not in (None, "") else str(line)
+    except FieldError as exc:
+        return BadRow(line, f"row {line}: {exc}", json.dumps(row)[:200], _clean_id(row))
+    return out
 
 
 def sample_from_row(row: dict[str, Any], line: int) -> dict[str, Any] | BadRow:
     """Normalise one input row to a sample dict, or say what is wrong with it."""
-    missing = [k for k in ("image", "caption") if k not in row or row[k] is None]
-    if missing:
-        return BadRow(line, f"row {line}: missing field(s) {', '.join(missing)}", json.dumps(row)[:200])
-    out = {"image": str(row["image"]), "caption": str(row["caption"]), "references": _references(row.get("references"))}
-    out["id"] = str(row["id"]) if row.get("id") not in (None, "") else str(line)
-    return out
+    return _from_row(row, line, ("caption",))
 
 
 def pair_from_row(row: dict[str, Any], line: int) -> dict[str, Any] | BadRow:
     """Normalise one pairs-file row, or say what is wrong with it."""
-    missing = [k for k in ("image", "caption_a", "caption_b") if k not in row or row[k] is None]
-    if missing:
-        return BadRow(line, f"row {line}: missing field(s) {', '.join(missing)}", json.dumps(row)[:200])
-    out = {"image": str(row["image"]), "caption_a": str(row["caption_a"]), "caption_b": str(row["caption_b"]), "references": _references(row.get("references"))}
-    out["id"] = str(row["id"]) if row.get("id") not in (None, "") else str(line)
-    return out
+    return _from_row(row, line, ("caption_a", "caption_b"))
+
+
+def _numbered(row: BadRow, n: int) -> BadRow:
+    """A :class:`BadRow` of the reader with the row number as its id when it has none (the id an
+    unreadable row's error record takes, the one a row without an id would have had)."""
+    return row if row.id is not None else BadRow(row.line, row.error, row.raw, str(n))
+
+
+def read_numbered_items(path: str | Path, *, pairs: bool = False) -> Iterator[tuple[int, dict[str, Any] | BadRow]]:
+    """``(line, sample)`` (``pairs``: ``(line, pair)``) for each row of an input file: the line the
+    row starts on, and what :func:`read_samples` (:func:`read_pairs`) yields for it."""
+    normalise = pair_from_row if pairs else sample_from_row
+    for n, (line, row) in enumerate(read_numbered_rows(path), start=1):
+        yield line, (_numbered(row, n) if isinstance(row, BadRow) else normalise(row, n))
 
 
 def read_samples(path: str | Path) -> Iterator[dict[str, Any] | BadRow]:
-    """Samples of an input file (see module doc); line numbers are the ids when none is given."""
-    for n, row in enumerate(read_rows(path), start=1):
-        yield row if isinstance(row, BadRow) else sample_from_row(row, n)
+    """Samples of an input file (see module doc); row numbers are the ids when none is given."""
+    for _, item in read_numbered_items(path):
+        yield item
 
 
 def read_pairs(path: str | Path) -> Iterator[dict[str, Any] | BadRow]:
     """Pairs of a pairs file (``image``, ``caption_a``, ``caption_b``)."""
-    for n, row in enumerate(read_rows(path), start=1):
-        yield row if isinstance(row, BadRow) else pair_from_row(row, n)
+    for _, item in read_numbered_items(path, pairs=True):
+        yield item
 
 
 class ResultWriter:

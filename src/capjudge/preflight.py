@@ -90,10 +90,12 @@ def check_columns(path: str | Path, required: Sequence[str]) -> None:
 
     p = Path(path)
     if p.suffix.lower() == ".csv":
-        import csv
+        from capjudge.rowtext import HeaderError, csv_header
 
-        with p.open(newline="", encoding="utf-8") as fh:
-            header = [h.strip() for h in next(csv.reader(fh), [])]
+        try:
+            header = csv_header(p)  # a byte-order mark is not part of the first column's name
+        except HeaderError as exc:
+            raise PreflightError(f"{str(p)!r}: {exc}") from None
         missing = [c for c in required if c not in header]
         if missing:
             found = ", ".join(h for h in header if h) or "none (empty file?)"

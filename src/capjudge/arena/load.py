@@ -15,6 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from capjudge.rowtext import FieldError, text_value
+
 KeyMode = Literal["id", "image"]
 
 
@@ -107,6 +109,14 @@ def build_input(models: Mapping[str, Iterable[tuple[str, dict[str, Any] | str]]]
             missing = [c for c in ("image", "caption") if _text(row.get(c)) is None]
             if missing:
                 bad.append(f"{where}: missing or empty field(s) {', '.join(missing)}")
+                continue
+            try:  # NaN, a boolean, an object ... is not a caption (nor an image or an id)
+                text_value(row["caption"], "caption")
+                for name in ("image", "id"):
+                    if row.get(name) is not None:
+                        text_value(row[name], name, numbers=True)
+            except FieldError as exc:
+                bad.append(f"{where}: {exc}")
                 continue
             read[m].append((where, row))
     key: KeyMode = "id" if all(_text(r.get("id")) is not None for rows in read.values() for _, r in rows) else "image"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from capjudge.probes.perturbations import DEFAULT_FLAW_KINDS, PerturbOptions, perturb, resolve_kinds
 from capjudge.probes.runner import whole_lists
+from capjudge.rowtext import FieldError, text_value
 from capjudge.types import ImageInput, Sample, image_label, normalize_caption
 
 if TYPE_CHECKING:
@@ -83,12 +84,15 @@ class ChooseOneReport:
         return d
 
 
-def _as_tuple(value: Any) -> tuple[str, ...]:
+def _as_tuple(value: Any, field: str) -> tuple[str, ...]:
+    """Text or a list of texts; anything else (NaN, a number, an object) raises FieldError."""
     if value is None:
         return ()
     if isinstance(value, str):
         return (value,) if value.strip() else ()
-    return tuple(str(v) for v in value if str(v).strip())
+    if not isinstance(value, list):
+        text_value(value, field)  # raises, naming the field
+    return tuple(t for i, v in enumerate(value) if (t := text_value(v, f"{field}[{i}]")).strip())
 
 
 def group_from_row(row: dict[str, Any], line: int) -> ChoiceGroup | str:
@@ -96,8 +100,11 @@ def group_from_row(row: dict[str, Any], line: int) -> ChoiceGroup | str:
     reason the row cannot be used. ``references`` is accepted for ``true``."""
     if "image" not in row:
         return f"row {line}: missing field image"
-    true = _as_tuple(row.get("true", row.get("references")))
-    flawed = _as_tuple(row.get("flawed"))
+    try:
+        true = _as_tuple(row.get("true", row.get("references")), "true" if "true" in row else "references")
+        flawed = _as_tuple(row.get("flawed"), "flawed")
+    except FieldError as exc:
+        return f"row {line}: {exc}"
     if not true:
         return f"row {line}: no true caption (field true)"
     if not flawed:
