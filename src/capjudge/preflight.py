@@ -96,6 +96,8 @@ def check_columns(path: str | Path, required: Sequence[str]) -> None:
             header = csv_header(p)  # a byte-order mark is not part of the first column's name
         except HeaderError as exc:
             raise PreflightError(f"{str(p)!r}: {exc}") from None
+        if not header:
+            raise PreflightError(f"{str(p)!r} holds no rows: not even a header line (an empty file, or a blank first line)")
         missing = [c for c in required if c not in header]
         if missing:
             found = ", ".join(h for h in header if h) or "none (empty file?)"
