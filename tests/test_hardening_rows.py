@@ -62,7 +62,7 @@ def test_a_bad_byte_in_one_csv_row_costs_that_row_only(tmp_path: Path) -> None:
     res = records(out)
     assert [r["status"] for r in res] == ["ok", "error", "ok"]
     assert "line 3" in res[1]["error"] and "'caption'" in res[1]["error"] and "0xe9" in res[1]["error"]
-    assert [r["id"] for r in res if r["status"] == "ok"] == ["csv1", "csv3"]
+    assert [r["id"] for r in res] == ["csv1", "csv2", "csv3"]  # the id cell could be read: the record carries it
     assert score(inp, out) == 0 and records(out) == res
 
 
@@ -287,3 +287,22 @@ def test_choose_one_groups_that_are_not_text_are_named_not_crashed(tmp_path: Pat
     assert data["bad_rows"][0] == "row 2: field 'flawed' is a number (5), not text: write it as a JSON string"
     assert data["bad_rows"][1] == "row 3: field 'flawed[0]' is NaN, not text"
     assert data["bad_rows"][2].startswith("line 4 is not valid UTF-8")
+
+
+def test_a_csv_row_the_csv_module_cannot_parse_costs_that_row_only(tmp_path: Path) -> None:
+    inp = tmp_path / "in.csv"
+    inp.write_text("id,image,caption\na,cats.jpg,two cats\nb,cats.jpg," + "x" * 200_000 + "\nc,dog.jpg,a dog\n")
+    out = tmp_path / "res.jsonl"
+    assert score(inp, out) == 0
+    res = records(out)
+    assert [(r["status"], r["id"]) for r in res] == [("ok", "a"), ("error", "2"), ("ok", "c")]
+    assert "line 3" in res[1]["error"] and "field limit" in res[1]["error"]
+
+
+def test_jsonl_lines_still_end_at_a_lone_carriage_return(tmp_path: Path) -> None:
+    inp = tmp_path / "in.jsonl"
+    inp.write_bytes(b"\r".join(json.dumps(r).encode() for r in rows()[:2]) + b"\r\n" + json.dumps(rows()[2]).encode().replace(b"cat", b"c\xffat", 1))
+    out = tmp_path / "res.jsonl"
+    assert score(inp, out) == 0
+    res = records(out)
+    assert [r["status"] for r in res] == ["ok", "ok", "error"] and "line 3" in res[2]["error"]

@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import IO, Any
 
 from capjudge.redact import scrub_record
-from capjudge.rowtext import FieldError, HeaderError, read_csv, read_lines, surrogate_field, text_value
+from capjudge.rowtext import (
+    FieldError,
+    HeaderError,
+    read_csv,
+    read_lines,
+    surrogate_field,
+    text_value,
+)
 from capjudge.types import PairResult, ScoreResult
 
 
@@ -129,9 +136,9 @@ def read_numbered_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any] |
     suffix = p.suffix.lower()
     if suffix == ".csv":
         try:
-            for i, cells, error in read_csv(p):
-                if cells is None:
-                    yield i, BadRow(i, f"line {i}: {error}")
+            for i, cells, problem in read_csv(p):
+                if problem:
+                    yield i, BadRow(i, f"line {i}: {problem}", id=_clean_id(cells))
                 else:
                     yield i, (dict(cells) if cells else BadRow(i, "empty row"))
         except HeaderError as exc:

@@ -56,18 +56,21 @@ def read_lines(path: str | Path) -> Iterator[Line]:
 
     Opening errors propagate to the caller; decoding errors never do (see :class:`Line`).
     """
+    i = 0
     with Path(path).open("rb") as fh:
-        for i, raw in enumerate(fh, start=1):
-            if i == 1 and raw.startswith(BOM):
-                raw = raw[len(BOM) :]
-            try:
-                text = raw.decode("utf-8").strip()
-            except UnicodeDecodeError as exc:
-                shown = raw.decode("utf-8", errors="replace").strip()
-                yield Line(i, shown, _byte_problem(exc))
-                continue
-            if text:
-                yield Line(i, text)
+        for chunk in fh:
+            if i == 0 and chunk.startswith(BOM):
+                chunk = chunk[len(BOM) :]
+            # Lines end at \n, \r\n or a lone \r, as a file opened in text mode splits them.
+            for raw in chunk.rstrip(b"\n").removesuffix(b"\r").split(b"\r"):
+                i += 1
+                try:
+                    text = raw.decode("utf-8").strip()
+                except UnicodeDecodeError as exc:
+                    yield Line(i, raw.decode("utf-8", errors="replace").strip(), _byte_problem(exc))
+                    continue
+                if text:
+                    yield Line(i, text)
 
 
 def _escaped_byte(text: str) -> int | None:
@@ -87,9 +90,11 @@ def read_csv(path: str | Path) -> Iterator[tuple[int, dict[str, str | None] | No
     """``(line, row, error)`` for each non-blank data row of a CSV file (header first line).
 
     ``line`` is the physical line the row starts on. ``row`` maps the stripped column names to the
-    cells (``None`` for cells missing from a short row; cells beyond the header are dropped), or is
-    ``None`` when the row holds a byte that is not UTF-8, and ``error`` then says where. A BOM is
-    dropped. Raises :class:`HeaderError` when the header is not UTF-8.
+    cells (``None`` for cells missing from a short row; cells beyond the header are dropped).
+    ``error`` is empty, or says why the row cannot be used: a byte that is not UTF-8 (``row`` then
+    holds only the cells that decoded) or a row the csv module cannot parse (a field over its size
+    limit; ``row`` is ``None``). A BOM is dropped. Raises :class:`HeaderError` when the header is
+    not UTF-8.
     """
     with Path(path).open("rb") as raw:
         fh = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="surrogateescape", newline="")
@@ -100,20 +105,29 @@ def read_csv(path: str | Path) -> Iterator[tuple[int, dict[str, str | None] | No
             if byte is not None:
                 raise HeaderError(f"the header (line 1) is not valid UTF-8 (byte 0x{byte:02x} in column {_shown(h)!r}); save the file as UTF-8")
         last = reader.line_num
-        for cells in reader:
+        while True:
+            try:
+                cells = next(reader)
+            except StopIteration:
+                return
+            except csv.Error as exc:  # e.g. a field over csv.field_size_limit(): this row only
+                start, last = last + 1, reader.line_num
+                yield start, None, f"not a readable CSV row: {exc}"
+                continue
             start, last = last + 1, reader.line_num
             if not cells:
                 continue  # a blank line, as csv.DictReader skips it
+            row: dict[str, str | None] = dict(zip(header, cells, strict=False))
+            for name in header[len(cells) :]:
+                row.setdefault(name, None)
             for k, cell in enumerate(cells):
                 byte = _escaped_byte(cell)
                 if byte is not None:
                     column = header[k] if k < len(header) else f"#{k + 1}"
-                    yield start, None, f"column {column!r} is not valid UTF-8 (byte 0x{byte:02x}); save the file as UTF-8: {_shown(cell)[:80]!r}"
+                    clean = {h: v for h, v in row.items() if v is None or _escaped_byte(v) is None}
+                    yield start, clean, f"column {column!r} is not valid UTF-8 (byte 0x{byte:02x}); save the file as UTF-8: {_shown(cell)[:80]!r}"
                     break
             else:
-                row: dict[str, str | None] = dict(zip(header, cells, strict=False))
-                for name in header[len(cells) :]:
-                    row.setdefault(name, None)
                 yield start, row, ""
 
 
