@@ -77,8 +77,8 @@ def test_a_lone_surrogate_is_an_error_record_and_every_rerun_survives(tmp_path: 
         assert score(inp, out) == 0
         res = records(out)
         assert [r["status"] for r in res] == ["ok", "error", "ok", "error", "ok", "ok"]
-        assert "line 2" in res[1]["error"] and "caption" in res[1]["error"] and "surrogate" in res[1]["error"]
-        assert "line 4" in res[3]["error"] and "references[1]" in res[3]["error"]
+        assert "line 2: field 'caption' holds a lone surrogate" in res[1]["error"] and "surrogate" in res[1]["error"]
+        assert "line 4: field 'references[1]'" in res[3]["error"]
         assert res[1]["id"] == "ex2" and res[3]["id"] == "ex4"
     assert score(inp, out, "--retry-errors") == 0
     assert [r["status"] for r in records(out)] == ["ok", "error", "ok", "error", "ok", "ok"]

@@ -22,6 +22,7 @@ from typing import IO, Any
 
 from capjudge.redact import scrub_record
 from capjudge.rowtext import (
+    BOM,
     FieldError,
     HeaderError,
     read_csv,
@@ -117,7 +118,8 @@ def _json_row(i: int, row: Any, text: str, what: str) -> dict[str, Any] | BadRow
     field = surrogate_field(row)
     if field is not None:
         # Written back as UTF-8 it would stop the run: the row is reported, never echoed raw.
-        return BadRow(i, f"{what}: {field} holds a lone surrogate (an escape such as \\ud800 that is not a character), not text", text[:200], _clean_id(row))
+        named = field if field.startswith("a field name") else f"field {field!r}"
+        return BadRow(i, f"{what}: {named} holds a lone surrogate (an escape such as \\ud800 that is not a character), not text", text[:200], _clean_id(row))
     return row
 
 
@@ -148,7 +150,7 @@ def read_numbered_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any] |
         return
     if suffix == ".json":
         try:
-            data = json.loads(p.read_bytes().removeprefix(b"\xef\xbb\xbf").decode("utf-8"))
+            data = json.loads(p.read_bytes().removeprefix(BOM).decode("utf-8"))
         except UnicodeDecodeError as exc:
             raise InputFormatError(f"{p}: not valid UTF-8 (byte 0x{exc.object[exc.start:exc.start + 1].hex()} at byte {exc.start + 1}); save the file as UTF-8") from None
         except json.JSONDecodeError as exc:
