@@ -227,11 +227,11 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     try:
         if kind == "pairwise":
             pairs = bench.pair_inputs(images)
-            print(f"{bench.name}: comparing {len(pairs)} pairs with {args.method} on {args.backend}", file=sys.stderr)
+            print(f"{bench.name}: comparing {len(pairs)} pairs with {args.method} on {judge.backend_spec}", file=sys.stderr)
             _write_results(out, _tallied(_progress(judge.compare_many(pairs), len(pairs), "pairs", args.quiet), tally))
         else:
             samples = bench.samples(images)
-            print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {args.backend}", file=sys.stderr)
+            print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {judge.backend_spec}", file=sys.stderr)
             _write_results(out, _tallied(_progress(judge.score_many(samples), len(samples), "samples", args.quiet), tally))
     finally:
         close = getattr(judge, "close", None)

@@ -310,7 +310,7 @@ class OpenAIBackend(Backend):
         host = urlsplit(self.endpoint or "").hostname or ""
         if host in OPENAI_HOSTS:
             return
-        if _say_once("sent", host, self.key_source):
+        if _say_once("sent", str(_clean_endpoint(self.endpoint)), self.key_source):
             log.warning("sending the API key from %s to %s, which is not OpenAI's server", self.key_source, _clean_endpoint(self.endpoint))
 
     def credential_sources(self) -> dict[str, Any]:
