@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from capjudge.backends.credentials import mask_argv
 from capjudge.backends.openai.batch import state_paths
 from capjudge.backends.openai.batch_commands import EXIT_SUBMITTED
 from capjudge.backends.registry import parse_spec
@@ -177,6 +178,34 @@ def test_batch_state_never_holds_a_key_given_on_the_command_line(tmp_path: Path,
     assert not found, found
 
 
+def test_batch_state_never_holds_url_credentials(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    inp = samples(tmp_path / "in.jsonl", ["two cats on a sofa"])
+    out = tmp_path / "out.jsonl"
+    state, _ = state_paths(out)
+
+    def token_check(req: Received) -> str | None:
+        return None if req.query == {"token": [URL_TOKEN]} else f"refused: query {req.query}"
+
+    with running_server(batch_delay=30.0, check_auth=token_check) as server:
+        spec = f"openai-compatible:{server.base_url}?token={URL_TOKEN}#gpt-4o"
+        argv = ["score", "--method", "vanilla", "--input", str(inp), "--images", str(IMAGES), "--out", str(out), "--cache-dir", str(tmp_path / "c"), "--batch", "--quiet"]
+        assert main([*argv, "--backend", spec]) == EXIT_SUBMITTED
+        saved = json.loads(state.read_text())
+        assert saved["credentials"]["url"] == ["query token"] and saved["backend"].endswith("/v1?token=***#gpt-4o")
+        assert not leaks(written(tmp_path), forms(URL_TOKEN))
+        capsys.readouterr()
+        assert main(["batch", "status", str(out)]) == EXIT_USAGE
+        assert "--backend SPEC" in capsys.readouterr().err
+        assert main([*argv, "--backend", f"openai-compatible:{server.base_url}#gpt-4o"]) == EXIT_USAGE  # the URL without its token
+        assert "credentials of its --backend URL (query token)" in capsys.readouterr().err
+        assert main(["batch", "status", str(out), "--backend", spec]) == EXIT_OK
+        server.batch_delay = 0.0
+        assert main(["batch", "collect", str(out), "--backend", spec, "--wait", "--poll-interval", "0.05"]) == EXIT_OK
+        assert server.auth_seen and all(query == {"token": [URL_TOKEN]} for _, query in server.auth_seen)
+    assert json.loads(out.read_text())["status"] == "ok"
+    assert not leaks(written(tmp_path), forms(URL_TOKEN))
+
+
 def test_batch_state_names_the_variable_of_an_environment_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("MY_JUDGE_KEY", ENV_KEY)
     inp = samples(tmp_path / "in.jsonl", ["two cats on a sofa"])
@@ -259,4 +288,6 @@ def test_credential_options_of_any_spec_are_shown_masked() -> None:
     assert token_as_user.raw == "openai-compatible:https://***@example.org/v1?x-api-key=***&api-version=2#m"
     assert token_as_user.target == "https://example.org/v1#m" and URL_TOKEN not in repr(token_as_user)
     assert token_as_user.url_auth.public_query == {"api-version": "2"}
+    masked = mask_argv(["--backend", f"hf:m?token={URL_TOKEN}", "--backend-opt", f"api_key={OPTION_KEY}", f"--backend-opt=token={URL_KEY}"])
+    assert masked == ["--backend", "hf:m?token=***", "--backend-opt", "api_key=***", "--backend-opt=token=***"]
 

@@ -164,6 +164,10 @@ def _mask_arg(arg: str) -> str:
         prefix, scheme = head[:scheme_start], head[scheme_start:]
         url, hash_, fragment = (scheme + sep + tail).partition("#")
         return prefix + split_url(url).shown + hash_ + fragment
+    head, question, query = arg.partition("?")
+    pairs = dict(parse_qsl(query, keep_blank_values=True)) if question else {}
+    if any(is_secret_name(k) for k in pairs):  # a spec's options: hf:model?token=...
+        return head + "?" + "&".join(f"{k}={v}" for k, v in mask_options(pairs))
     name, eq, value = arg.partition("=")
     if eq and value and is_secret_name(name.lstrip("-")):
         register_secret(value)

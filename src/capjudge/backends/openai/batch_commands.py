@@ -54,7 +54,9 @@ def check_batch_args(args: argparse.Namespace) -> None:
         raise UsageError("--batch, --batch-export and --batch-import run in one process: use them without --ray")
     kind = args.backend.split(":", 1)[0].lower()
     if kind not in BATCH_KINDS:
-        raise UsageError(f"batch mode needs an openai:, azure: or openai-compatible: backend, not {args.backend!r}")
+        from capjudge.backends.credentials import mask_argv
+
+        raise UsageError(f"batch mode needs an openai:, azure: or openai-compatible: backend, not {mask_argv([args.backend])[0]!r}")
     if args.batch_export and (args.batch or args.batch_import):
         raise UsageError("--batch-export writes the requests and stops: use it without --batch and --batch-import")
     if args.batch_import and not Path(args.batch_import).is_file():

@@ -194,12 +194,13 @@ class BatchSession:
         self.state: BatchState | None = None
         if self.state_path.exists():
             state = BatchState.load(self.state_path)
+            # First: a spec without its URL credentials also differs in the run's fields.
+            check_credentials_given(state, self.api.credential_sources())
             if state.run_id != self.run_id:
                 raise BatchStateError(
                     f"{self.state_path} holds the batches of another run (another backend, method or template) for this --out: "
                     "finish it with its own command, cancel it (`capjudge batch cancel`), or delete the state file and its folder"
                 )
-            check_credentials_given(state, self.api.credential_sources())
             self.state = state
             self._apply_learned(state)
         self.store = RunStore(self.work / "store")
