@@ -281,6 +281,23 @@ def test_url_user_info_and_an_api_key_together_exit_2(tmp_path: Path, capsys: py
     assert "HTTP Basic" in err and not leaks([("stderr", err.encode())], forms(OPTION_KEY) + forms(URL_PASSWORD))
 
 
+def test_short_credentials_are_masked_too(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Values under 8 characters are not searched for in free text, but the spec, the URL log
+    lines at -vv and usage errors still show them as ***."""
+    inp = samples(tmp_path / "in.jsonl", ["two cats on a sofa"])
+    with running_server() as server:
+        spec = f"openai-compatible:http://bob:pw7@127.0.0.1:{server.port}/v1?token=tk7#gpt-4o"
+        assert main(["-vv", "score", "--method", "vanilla", "--backend", spec, "--input", str(inp), "--images", str(IMAGES), "--out", str(tmp_path / "o.jsonl"), "--no-cache"]) == EXIT_OK
+        assert server.auth_seen == [("Basic " + b64("bob:pw7"), {"token": ["tk7"]})]
+        run = capsys.readouterr()
+        conflict = main(["score", "--method", "vanilla", "--backend", spec, "--backend-opt", "api_key=k", "--input", str(inp), "--out", str(tmp_path / "x.jsonl"), "--no-cache"])
+        assert conflict == EXIT_USAGE
+        refused = capsys.readouterr()
+    texts = [*written(tmp_path), ("stdout", run.out.encode()), ("stderr -vv", run.err.encode()), ("usage error", refused.err.encode())]
+    assert "?token=***" in run.err and "http://***@127.0.0.1" in refused.err
+    assert not leaks(texts, ["pw7", "tk7", "bob:", b64("bob:pw7")])
+
+
 def test_credential_options_of_any_spec_are_shown_masked() -> None:
     spec = parse_spec("hf:some/model?token=hf_" + URL_TOKEN + "&dtype=float16")
     assert spec.raw == "hf:some/model?token=***&dtype=float16" and spec.options["token"] == "hf_" + URL_TOKEN
