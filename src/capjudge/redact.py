@@ -9,7 +9,9 @@ entries, error messages and summaries.
 Secrets are masked in three ways: every value registered with :func:`register_secret` (the OpenAI
 backend registers the key it was given), the values of the standard key variables
 (``OPENAI_API_KEY``, ``AZURE_OPENAI_API_KEY``), and by shape (``Bearer <token>``, ``sk-...`` keys,
-``api-key: <value>`` headers), so a key capjudge was never told about is masked too.
+``api-key: <value>`` headers, credential query parameters and ``user:password@`` in URLs), so a key
+capjudge was never told about is masked too. Credentials in a backend spec are registered when the
+spec is parsed (:mod:`capjudge.backends.credentials`).
 """
 
 from __future__ import annotations
