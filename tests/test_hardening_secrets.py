@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from capjudge.backends.credentials import mask_argv
 from capjudge.backends.openai.batch import state_paths
 from capjudge.backends.openai.batch_commands import EXIT_SUBMITTED
 from capjudge.backends.registry import parse_spec
@@ -299,6 +298,9 @@ def test_short_credentials_are_masked_too(tmp_path: Path, capsys: pytest.Capture
 
 
 def test_credential_options_of_any_spec_are_shown_masked() -> None:
+    # Imported here, not at the top: the file's other tests then run (and fail) on code without it.
+    from capjudge.backends.credentials import mask_argv
+
     spec = parse_spec("hf:some/model?token=hf_" + URL_TOKEN + "&dtype=float16")
     assert spec.raw == "hf:some/model?token=***&dtype=float16" and spec.options["token"] == "hf_" + URL_TOKEN
     token_as_user = parse_spec(f"openai-compatible:https://{URL_TOKEN}@example.org/v1?x-api-key={URL_KEY}&api-version=2#m")
