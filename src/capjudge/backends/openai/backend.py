@@ -50,7 +50,7 @@ from capjudge.backends.base import (
     TokenStep,
     Usage,
 )
-from capjudge.backends.credentials import UrlAuth, split_url
+from capjudge.backends.credentials import UrlAuth, is_secret_name, split_url
 from capjudge.backends.faults import DEFAULT_GRACE, DEFAULT_THRESHOLD, BackendGone, CircuitBreaker
 from capjudge.backends.openai.caps import AZURE_MAX_TOP_LOGPROBS, ModelCaps, lookup_caps
 from capjudge.backends.openai.retry import (
@@ -199,16 +199,16 @@ class OpenAIBackend(Backend):
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.kind = kind
         self.model = model
-        # Credentials out of the base URL before it is used or shown (Python callers may pass one).
+        # Credentials out of the base URL before it is used or shown (a Python caller or
+        # --backend-opt base_url= may pass a URL with them; a parsed spec passes url_auth).
         shown_url = base_url
         self.url_auth = url_auth or UrlAuth()
         if base_url:
             split = split_url(base_url)
             base_url, shown_url = split.url, split.shown
-            if split.auth:
-                self.url_auth = UrlAuth(split.auth.username, split.auth.password, self.url_auth.query + split.auth.query)
-                if url_auth and url_auth.username is not None:
-                    self.url_auth = replace(self.url_auth, username=url_auth.username, password=url_auth.password)
+            if split.auth:  # the spec's user info wins; both queries are sent
+                user = self.url_auth if self.url_auth.username is not None else split.auth
+                self.url_auth = UrlAuth(user.username, user.password, self.url_auth.query + split.auth.query)
         self.spec = spec or (f"{kind}:{shown_url}#{model}" if kind == "openai-compatible" else f"{kind}:{model}")
         self.model_name = model_name or model
         self.detail = detail
@@ -892,11 +892,11 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     without building a client: no credentials in the spec, known names, numbers and yes/no values,
     ``detail``, ``concurrency``, and for OpenAI-compatible servers ``http(s)://host/...#model``.
     Returns the keyword arguments of :class:`OpenAIBackend` (``model`` and ``base_url`` included)."""
-    leaked = [k for k in spec.options if k.lower() in _SECRET_OPTS]
+    leaked = [k for k in spec.options if k.lower() in _SECRET_OPTS or is_secret_name(k)]
     if leaked:
         raise BackendError(
             f"do not put credentials in the backend spec (it is written into results): remove {', '.join(leaked)}; "
-            "use the environment (OPENAI_API_KEY, AZURE_OPENAI_API_KEY) or the api_key= argument"
+            "use the environment (OPENAI_API_KEY, AZURE_OPENAI_API_KEY, or --backend-opt api_key_env=NAME) or --backend-opt api_key=..."
         )
     check_known(spec.kind, options, [p for p in inspect.signature(OpenAIBackend.__init__).parameters if p not in ("self", "model", "kind", "spec", "url_auth")])
     opts: dict[str, Any] = dict(options)
