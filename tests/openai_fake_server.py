@@ -178,7 +178,11 @@ class FakeOpenAIServer:
     ``max_top_logprobs`` answers 400 to larger ``top_logprobs``; ``echo_key`` puts the key it got
     into its 401 message (to check that clients scrub it); ``drop_logprobs`` answers without
     log-probabilities even when asked (as ``transformers serve`` does); ``die_after=N`` answers N
-    requests and then dies (:meth:`kill`: open connections dropped, new ones refused).
+    requests and then dies (:meth:`kill`: open connections dropped, new ones refused);
+    ``check_auth(received)`` returns ``None`` to accept a request (chat, files and batches alike)
+    or a message that the server answers with 401 (a message may echo what it received, to check
+    that clients mask it); ``auth_seen`` keeps the ``(Authorization header, query)`` of every
+    request.
     """
 
     def __init__(
@@ -196,8 +200,11 @@ class FakeOpenAIServer:
         batch_fault: Callable[[str, dict[str, Any], int], int | None] | None = None,
         expire_batches: Sequence[int] = (),
         batch_call_delay: dict[str, float] | None = None,
+        check_auth: Callable[[Received], str | None] | None = None,
     ) -> None:
         self.responder = responder
+        self.check_auth = check_auth
+        self.auth_seen: list[tuple[str, dict[str, list[str]]]] = []
         self.batch_delay = batch_delay
         self.batch_fault = batch_fault
         self.expire_batches = set(expire_batches)
@@ -262,10 +269,20 @@ class FakeOpenAIServer:
         return f"http://127.0.0.1:{self.port}"
 
     # -- serving ---------------------------------------------------------------------------------
+    def _auth_refusal(self, req: Received) -> Reply | None:
+        """Record the request's credentials; a 401 when ``check_auth`` refuses them."""
+        with self._lock:
+            self.auth_seen.append((req.headers.get("authorization", ""), req.query))
+        refusal = self.check_auth(req) if self.check_auth is not None else None
+        return None if refusal is None else Reply(status=401, body=error_body(refusal, code="invalid_api_key"))
+
     def _answer(self, req: Received) -> Reply:
         with self._lock:
             self.received.append(req)
             scripted = self._script.popleft() if self._script else None
+        refused = self._auth_refusal(req)
+        if refused is not None:
+            return refused
         if self.expected_key is not None:
             auth = req.headers.get("authorization", "")
             key = req.headers.get("api-key") or (auth[7:] if auth.lower().startswith("bearer ") else "")
@@ -396,6 +413,9 @@ class FakeOpenAIServer:
         route = m.group(1)
         with self._lock:
             self.batch_requests.append((method, route))
+        refused = self._auth_refusal(Received(method, path, query, headers, None))
+        if refused is not None:
+            return refused
         if method == "POST" and route == "/files":
             reply = self._upload(headers.get("content-type", ""), data)
             time.sleep(self.batch_call_delay.get("files", 0.0))

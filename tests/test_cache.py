@@ -193,7 +193,7 @@ _JOB = textwrap.dedent(
     from capjudge.backends.cache import CachedBackend
     from capjudge.backends.registry import load_backend
     base_url, cache_dir, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
-    inner = load_backend(f"openai-compatible:{base_url}#fake", concurrency=4, retry_base_delay=0.01)
+    inner = load_backend(f"openai-compatible:{base_url}#fake", api_key_env="OPENAI_API_KEY", concurrency=4, retry_base_delay=0.01)
     backend = CachedBackend(inner, cache_dir)
     reqs = [Request((Message("user", f"caption {i}"),), GenerationConfig(top_logprobs=5)) for i in range(n)]
     for i, out in backend.stream(reqs):

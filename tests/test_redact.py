@@ -142,7 +142,8 @@ def test_no_key_in_anything_a_run_writes(fault: str, tmp_path: Path, monkeypatch
     inp = tmp_path / "in.jsonl"
     inp.write_text("".join(json.dumps({"image": "cats.jpg", "caption": c}) + "\n" for c in ("a good caption", "a faulty caption", "another faulty one")))
     out, cache = tmp_path / "out.jsonl", tmp_path / "cache"
-    opts = ["--backend-opt", "max_retries=1", "--backend-opt", "retry_base_delay=0.01", "--backend-opt", "timeout=0.5", "--backend-opt", "gone_grace=0"]
+    # An OpenAI-compatible server gets the variable's key only when asked (issue #20, item 3).
+    opts = ["--backend-opt", "api_key_env=OPENAI_API_KEY", "--backend-opt", "max_retries=1", "--backend-opt", "retry_base_delay=0.01", "--backend-opt", "timeout=0.5", "--backend-opt", "gone_grace=0"]
 
     def run(base_url: str) -> int:
         return main(["-vv", "score", "--method", "fleur", "--backend", f"openai-compatible:{base_url}#m", "--images", str(IMAGES),

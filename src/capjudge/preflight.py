@@ -119,9 +119,10 @@ def check_columns(path: str | Path, required: Sequence[str]) -> None:
 def check_backend(spec: str, options: Mapping[str, Any]) -> None:
     """The backend spec parses and its options are known and well-formed (nothing is loaded)."""
     from capjudge.backends.base import BackendError
+    from capjudge.backends.credentials import mask_argv
     from capjudge.backends.registry import check_backend as check
 
     try:
         check(spec, **dict(options))
     except (BackendError, ValueError, FileNotFoundError, TypeError) as exc:
-        raise PreflightError(f"--backend {spec!r}: {exc}") from None
+        raise PreflightError(f"--backend {mask_argv([spec])[0]!r}: {exc}") from None

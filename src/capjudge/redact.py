@@ -9,7 +9,9 @@ entries, error messages and summaries.
 Secrets are masked in three ways: every value registered with :func:`register_secret` (the OpenAI
 backend registers the key it was given), the values of the standard key variables
 (``OPENAI_API_KEY``, ``AZURE_OPENAI_API_KEY``), and by shape (``Bearer <token>``, ``sk-...`` keys,
-``api-key: <value>`` headers), so a key capjudge was never told about is masked too.
+``api-key: <value>`` headers, credential query parameters and ``user:password@`` in URLs), so a key
+capjudge was never told about is masked too. Credentials in a backend spec are registered when the
+spec is parsed (:mod:`capjudge.backends.credentials`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,18 @@ _SHAPES: tuple[tuple[re.Pattern[str], str, str, bool], ...] = (
     (re.compile(r"(?i)\b(bearer\s+)[A-Za-z0-9._~+/=-]{8,}"), r"\1" + MASK, "bearer", True),
     (re.compile(r"\bsk-[A-Za-z0-9_-]{16,}"), "sk-" + MASK, "sk-", False),
     (re.compile(r"""(?i)\b((?:x-)?api[-_]key["']?\s*[:=]\s*["']?)[A-Za-z0-9._~+/=-]{8,}"""), r"\1" + MASK, "api", True),
+    # In URLs, whatever their length: credential query parameters (?token=, &api_key=, the names
+    # of capjudge.backends.credentials.is_secret_name) and user info (scheme://user:password@).
+    (
+        re.compile(
+            r"""(?i)([?&](?:[a-z0-9]+[_-])*(?:token|key|apikey|secret|password|passwd|pwd|auth|sig|signature|credentials?|accesstoken|authtoken)=)"""
+            r"""(?!\*\*\*)[^&\s"'#\\]+"""
+        ),
+        r"\1" + MASK,
+        "=",
+        False,
+    ),
+    (re.compile(r"""(://)[^/\s@:"'\\]+:[^/\s@"'\\]+@"""), r"\1" + MASK + "@", "@", False),
 )
 # " at 0x7f3a2c1b0d90" in object reprs: different in every run.
 _ADDRESS = re.compile(r"\s+at\s+0x[0-9a-fA-F]{4,}")

@@ -11,6 +11,7 @@ from typing import Any
 from urllib.parse import parse_qsl
 
 from capjudge.backends.base import Backend
+from capjudge.backends.credentials import UrlAuth, mask_argv, mask_options, split_url
 
 
 class UnknownBackendError(ValueError):
@@ -20,12 +21,19 @@ class UnknownBackendError(ValueError):
 @dataclass(frozen=True)
 class BackendSpec:
     """A parsed spec: ``kind:target?key=value&...``; for ``openai-compatible`` the target is
-    ``base_url#model``."""
+    ``base_url#model``.
+
+    Credentials never stay in ``target`` or ``raw`` (see :mod:`capjudge.backends.credentials`):
+    an ``openai-compatible`` base URL's user info and query are taken out into ``url_auth`` (the
+    target keeps scheme, host, port and path), and ``raw`` is the spec as shown everywhere, with
+    ``***`` for every credential (URL user info, credential query parameters, credential options
+    such as ``?token=``). Credential options keep their values in ``options``."""
 
     kind: str
     target: str
     options: dict[str, str] = field(default_factory=dict)
     raw: str = ""
+    url_auth: UrlAuth = field(default_factory=UrlAuth, compare=False)
 
 
 # kind -> "module:factory"; the factory takes (spec: BackendSpec, **options) and returns a Backend.
@@ -54,20 +62,31 @@ def parse_spec(spec: str) -> BackendSpec:
     """Split a spec string into kind, target and ``?key=value`` options."""
     if not isinstance(spec, str) or ":" not in spec:
         raise UnknownBackendError(
-            f"backend spec {spec!r} is not of the form KIND:TARGET (known kinds: {', '.join(list_backends())})"
+            f"backend spec {mask_argv([str(spec)])[0]!r} is not of the form KIND:TARGET (known kinds: {', '.join(list_backends())})"
         )
     kind, rest = spec.split(":", 1)
     kind = kind.strip().lower()
     if kind not in _REGISTRY:
-        raise UnknownBackendError(f"unknown backend kind {kind!r} in {spec!r} (known: {', '.join(list_backends())})")
+        raise UnknownBackendError(f"unknown backend kind {kind!r} in {mask_argv([spec])[0]!r} (known: {', '.join(list_backends())})")
     options: dict[str, str] = {}
     target = rest
-    if kind != "openai-compatible" and "?" in rest:
+    shown = spec
+    url_auth = UrlAuth()
+    if kind == "openai-compatible":
+        # Credentials out of the base URL before anything uses it (the model follows '#').
+        base, hash_, model = rest.rpartition("#") if "#" in rest else (rest, "", "")
+        split = split_url(base)
+        target, url_auth = split.url + hash_ + model, split.auth
+        shown = f"{kind}:{split.shown}{hash_}{model}"
+    elif "?" in rest:
         target, query = rest.split("?", 1)
         options = dict(parse_qsl(query, keep_blank_values=True))
+        masked = mask_options(options)
+        if any(v != options[k] for k, v in masked):
+            shown = f"{spec.split(':', 1)[0]}:{target}?" + "&".join(f"{k}={v}" for k, v in masked)
     if not target:
-        raise UnknownBackendError(f"backend spec {spec!r} names no model")
-    return BackendSpec(kind=kind, target=target, options=options, raw=spec)
+        raise UnknownBackendError(f"backend spec {shown!r} names no model")
+    return BackendSpec(kind=kind, target=target, options=options, raw=shown, url_auth=url_auth)
 
 
 def _module(parsed: BackendSpec, path: str) -> Any:
@@ -116,5 +135,5 @@ def load_backend(spec: str | Backend, *, lazy: bool = False, **options: Any) -> 
     except TypeError as exc:
         if "unexpected keyword" in str(exc):
             bad = str(exc).rsplit(" ", 1)[-1]
-            raise UnknownBackendError(f"backend {parsed.kind!r} has no option {bad} (given in {spec!r} or --backend-opt)") from None
+            raise UnknownBackendError(f"backend {parsed.kind!r} has no option {bad} (given in {parsed.raw!r} or --backend-opt)") from None
         raise

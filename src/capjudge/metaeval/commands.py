@@ -221,17 +221,19 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     except ValueError as exc:  # unknown method or backend, bad option values: a usage error
         return _err(f"cannot build the judge: {exc}")
     out = Path(args.out)
+    from capjudge.backends.credentials import mask_argv
     from capjudge.summary import RunTally
 
     tally = RunTally(method=args.method, smoothing=bool(getattr(judge.method, "smoothing", False)))
+    shown_backend = mask_argv([args.backend])[0]  # credentials in the spec shown as ***
     try:
         if kind == "pairwise":
             pairs = bench.pair_inputs(images)
-            print(f"{bench.name}: comparing {len(pairs)} pairs with {args.method} on {args.backend}", file=sys.stderr)
+            print(f"{bench.name}: comparing {len(pairs)} pairs with {args.method} on {shown_backend}", file=sys.stderr)
             _write_results(out, _tallied(_progress(judge.compare_many(pairs), len(pairs), "pairs", args.quiet), tally))
         else:
             samples = bench.samples(images)
-            print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {args.backend}", file=sys.stderr)
+            print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {shown_backend}", file=sys.stderr)
             _write_results(out, _tallied(_progress(judge.score_many(samples), len(samples), "samples", args.quiet), tally))
     finally:
         close = getattr(judge, "close", None)

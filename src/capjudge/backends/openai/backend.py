@@ -12,9 +12,15 @@ structure FLEUR smoothing reads. When a model refuses log-probabilities the back
 without them, records ``meta["logprobs_refused"]`` and, with ``estimate_by_sampling=N``, estimates
 the score distribution from N answers sampled at temperature 1 (G-Eval style; N more calls).
 
-API keys are read from arguments or the standard environment variables only (``OPENAI_API_KEY``,
-``AZURE_OPENAI_API_KEY``, ``AZURE_OPENAI_ENDPOINT``, ``OPENAI_API_VERSION``) and are never part of
-:meth:`identity`, results, cache entries or log messages.
+API keys are read from arguments or environment variables only, and are never part of
+:meth:`identity`, results, cache entries, state files or log messages. Which variable each kind
+reads (``api_key_env=NAME`` names another): ``openai:`` ``OPENAI_API_KEY``, ``azure:``
+``AZURE_OPENAI_API_KEY``, ``openai-compatible:`` none unless asked (``api_key=`` or
+``api_key_env=``), so a key meant for OpenAI never reaches another server unasked. A key sent to a
+host that is not OpenAI's is said once per run (a warning). Credentials in an
+``openai-compatible`` base URL (``http://user:password@host/v1?token=...``) are taken out of it
+(:mod:`capjudge.backends.credentials`): the user info is sent as HTTP Basic authentication, the
+query parameters as query parameters of every request.
 """
 
 from __future__ import annotations
@@ -44,6 +50,7 @@ from capjudge.backends.base import (
     TokenStep,
     Usage,
 )
+from capjudge.backends.credentials import UrlAuth, is_secret_name, split_url
 from capjudge.backends.faults import DEFAULT_GRACE, DEFAULT_THRESHOLD, BackendGone, CircuitBreaker
 from capjudge.backends.openai.caps import AZURE_MAX_TOP_LOGPROBS, ModelCaps, lookup_caps
 from capjudge.backends.openai.retry import (
@@ -69,6 +76,21 @@ DETAILS = ("low", "high", "auto")
 KINDS = ("openai", "azure", "openai-compatible")
 # The request options chat.completions.create passes (bearer auth only); older SDKs ignore them.
 _POST_OPTIONS: Any = {"security": {"bearer_auth": True}}
+# The environment variable each kind reads its key from when none is named (openai-compatible: none).
+KEY_VARIABLE = {"openai": "OPENAI_API_KEY", "azure": "AZURE_OPENAI_API_KEY"}
+PLACEHOLDER_KEY = "EMPTY"  # what servers without keys (vLLM without --api-key) are sent
+OPENAI_HOSTS = ("api.openai.com",)
+_said: set[tuple[str, ...]] = set()  # one-line notices already given in this process
+_said_lock = threading.Lock()
+
+
+def _say_once(*key: str) -> bool:
+    """Whether the notice ``key`` is new in this process (and mark it said)."""
+    with _said_lock:
+        if key in _said:
+            return False
+        _said.add(key)
+        return True
 
 
 class _LoopThread:
@@ -107,8 +129,11 @@ class OpenAIBackend(Backend):
     ``kind`` is ``"openai"``, ``"azure"`` or ``"openai-compatible"``; ``model`` the model id (the
     deployment name for Azure). Options:
 
-    - ``base_url`` (OpenAI-compatible servers), ``api_key`` (else ``OPENAI_API_KEY``; optional for
-      compatible servers, default ``"EMPTY"``), ``organization``.
+    - ``base_url`` (OpenAI-compatible servers; user info and query are taken out of it: HTTP Basic
+      authentication and query parameters of every request), ``api_key``, ``api_key_env`` (the
+      name of the environment variable holding the key; default ``OPENAI_API_KEY`` for
+      ``openai``, ``AZURE_OPENAI_API_KEY`` for ``azure``, none for compatible servers, which are
+      sent ``"EMPTY"`` without one), ``organization``.
     - Azure: ``azure_endpoint`` (else ``AZURE_OPENAI_ENDPOINT``), ``api_version`` (else
       ``OPENAI_API_VERSION``; required), ``api_key`` (else ``AZURE_OPENAI_API_KEY``) or
       ``azure_ad_token_provider`` (Entra ID), ``model_name`` (the model behind the deployment, for
@@ -140,6 +165,7 @@ class OpenAIBackend(Backend):
         spec: str = "",
         base_url: str | None = None,
         api_key: str | None = None,
+        api_key_env: str | None = None,
         organization: str | None = None,
         azure_endpoint: str | None = None,
         api_version: str | None = None,
@@ -163,6 +189,7 @@ class OpenAIBackend(Backend):
         gone_grace: float = DEFAULT_GRACE,
         add_special_tokens: bool | None = None,
         neutral_penalties: bool | None = None,
+        url_auth: UrlAuth | None = None,
     ) -> None:
         if kind not in KINDS:
             raise ValueError(f"unknown OpenAI-protocol backend kind {kind!r} (known: {', '.join(KINDS)})")
@@ -172,7 +199,17 @@ class OpenAIBackend(Backend):
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
         self.kind = kind
         self.model = model
-        self.spec = spec or (f"{kind}:{base_url}#{model}" if kind == "openai-compatible" else f"{kind}:{model}")
+        # Credentials out of the base URL before it is used or shown (a Python caller or
+        # --backend-opt base_url= may pass a URL with them; a parsed spec passes url_auth).
+        shown_url = base_url
+        self.url_auth = url_auth or UrlAuth()
+        if base_url:
+            split = split_url(base_url)
+            base_url, shown_url = split.url, split.shown
+            if split.auth:  # the spec's user info wins; both queries are sent
+                user = self.url_auth if self.url_auth.username is not None else split.auth
+                self.url_auth = UrlAuth(user.username, user.password, self.url_auth.query + split.auth.query)
+        self.spec = spec or (f"{kind}:{shown_url}#{model}" if kind == "openai-compatible" else f"{kind}:{model}")
         self.model_name = model_name or model
         self.detail = detail
         self.extra_body = _as_dict(extra_body, "extra_body")
@@ -220,15 +257,22 @@ class OpenAIBackend(Backend):
             )
 
         self.endpoint, self.api_version = self._resolve_endpoint(base_url, azure_endpoint, api_version)
-        self._client = self._make_client(api_key, organization, azure_ad_token_provider, default_headers)
+        api_key, self.key_source = self._resolve_key(api_key, api_key_env, azure_ad_token_provider)
+        register_secret(api_key)  # masked wherever a server might echo it (logs, records, messages)
+        headers = dict(default_headers or {})
+        basic = self.url_auth.basic_authorization
+        if basic is not None:
+            if self.key_source is not None:
+                raise OptionError(
+                    f"the base URL carries user:password (sent as HTTP Basic in the Authorization header) and an API key is given ({self.key_source}, "
+                    "sent as Bearer in the same header): give one of them"
+                )
+            headers["Authorization"] = basic
+        self._say_key_destination()
+        self._client = self._make_client(api_key, organization, azure_ad_token_provider, headers)
         # What a synchronous client for the files and batches APIs needs (batch mode): the same
         # credentials, built only when asked for (batch_client()).
-        self._client_args = (api_key, organization, azure_ad_token_provider, default_headers)
-        # Known secrets, only to scrub them from error messages a server might echo them into
-        # (registered process-wide, so log lines and records of every module mask them too).
-        secrets = tuple(s for s in (getattr(self._client, "api_key", None),) if isinstance(s, str) and len(s) >= 8)
-        for secret in secrets:
-            register_secret(secret)
+        self._client_args = (api_key, organization, azure_ad_token_provider, headers)
         self._breaker = CircuitBreaker(f"the server at {_clean_endpoint(self.endpoint)}", threshold=gone_after, grace=gone_grace)
         self._loop: _LoopThread | None = None
         self._loop_lock = threading.Lock()
@@ -237,6 +281,44 @@ class OpenAIBackend(Backend):
         self._submitted = itertools.count()
 
     # -- construction ----------------------------------------------------------------------------
+    def _resolve_key(self, api_key: str | None, api_key_env: str | None, token_provider: Callable[[], Any] | None) -> tuple[str | None, str | None]:
+        """The API key to send and where it came from (``None, None``: none). ``openai`` reads
+        ``OPENAI_API_KEY``, ``azure`` ``AZURE_OPENAI_API_KEY``, ``openai-compatible`` no variable
+        unless ``api_key_env`` names one."""
+        if api_key:
+            return api_key, "the api_key option"
+        if api_key_env:
+            value = os.environ.get(api_key_env)
+            if not value:
+                raise OptionError(f"option api_key_env={api_key_env}: the environment variable {api_key_env} is not set (or empty)")
+            return value, f"${api_key_env}"
+        variable = KEY_VARIABLE.get(self.kind)
+        if variable is not None and not (self.kind == "azure" and token_provider is not None):
+            value = os.environ.get(variable)
+            return (value, f"${variable}") if value else (None, None)
+        if self.kind == "openai-compatible" and os.environ.get("OPENAI_API_KEY") and _say_once("unsent", str(self.endpoint)):
+            log.warning(
+                "OPENAI_API_KEY is set but not sent to %s (not OpenAI's server); to send it: --backend-opt api_key_env=OPENAI_API_KEY",
+                _clean_endpoint(self.endpoint),
+            )
+        return None, None
+
+    def _say_key_destination(self) -> None:
+        """One warning per run and host when an API key goes to a host that is not OpenAI's."""
+        if self.key_source is None or self.kind == "azure":
+            return
+        host = urlsplit(self.endpoint or "").hostname or ""
+        if host in OPENAI_HOSTS:
+            return
+        if _say_once("sent", str(_clean_endpoint(self.endpoint)), self.key_source):
+            log.warning("sending the API key from %s to %s, which is not OpenAI's server", self.key_source, _clean_endpoint(self.endpoint))
+
+    def credential_sources(self) -> dict[str, Any]:
+        """Where this backend's credentials come from, by name only (never a value): ``api_key``
+        (``"the api_key option"``, ``"$NAME"`` or ``None``) and ``url`` (``userinfo``,
+        ``query token`` ...: credentials of the base URL). What a batch state file keeps."""
+        return {"api_key": self.key_source, "url": self.url_auth.sources()}
+
     def _resolve_endpoint(self, base_url: str | None, azure_endpoint: str | None, api_version: str | None) -> tuple[str | None, str | None]:
         if self.kind == "azure":
             endpoint = azure_endpoint or base_url or os.environ.get("AZURE_OPENAI_ENDPOINT")
@@ -265,8 +347,10 @@ class OpenAIBackend(Backend):
         import openai
 
         common: dict[str, Any] = {"max_retries": max_retries, "timeout": self.timeout, "default_headers": dict(headers) if headers else None}
+        if self.url_auth.query:
+            common["default_query"] = dict(self.url_auth.query)
         if self.kind == "azure":
-            key = api_key or (None if token_provider else os.environ.get("AZURE_OPENAI_API_KEY"))
+            key = api_key
             if not key and token_provider is None:
                 raise BackendError("Azure needs credentials: pass api_key=..., set AZURE_OPENAI_API_KEY, or pass azure_ad_token_provider= (Entra ID)")
             assert self.endpoint is not None  # checked by _resolve_endpoint
@@ -281,9 +365,9 @@ class OpenAIBackend(Backend):
                 **deployment,
                 **common,
             )
-        key = api_key or os.environ.get("OPENAI_API_KEY")
+        key = api_key
         if self.kind == "openai-compatible":
-            key = key or "EMPTY"
+            key = key or PLACEHOLDER_KEY
         elif not key:
             raise BackendError("OpenAI needs an API key: pass api_key=... or set OPENAI_API_KEY")
         client_cls: Any = openai.OpenAI if sync else openai.AsyncOpenAI
@@ -321,6 +405,8 @@ class OpenAIBackend(Backend):
             ident["neutral_penalties"] = True
         if self.estimate_samples:
             ident["estimate_by_sampling"] = self.estimate_samples
+        if self.url_auth.public_query:  # the base URL's query, credentials left out
+            ident["query"] = json.dumps(self.url_auth.public_query, sort_keys=True)
         return ident
 
     # -- request building ------------------------------------------------------------------------
@@ -636,8 +722,11 @@ class OpenAIBackend(Backend):
                 body[k] = extra[k]
         key = getattr(self._client, "api_key", None)
         headers = {"Authorization": f"Bearer {key}"} if isinstance(key, str) and key else {}
+        basic = self.url_auth.basic_authorization
+        if basic is not None:
+            headers["Authorization"] = basic
         try:
-            r = httpx.post(root + "/tokenize", json=body, headers=headers, timeout=self.timeout)
+            r = httpx.post(root + "/tokenize", json=body, headers=headers, params=dict(self.url_auth.query), timeout=self.timeout)
         except httpx.HTTPError as exc:
             raise BackendError(scrub(f"{root}/tokenize: {type(exc).__name__}: {exc}")) from exc
         if r.status_code in (404, 405):
@@ -803,13 +892,13 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     without building a client: no credentials in the spec, known names, numbers and yes/no values,
     ``detail``, ``concurrency``, and for OpenAI-compatible servers ``http(s)://host/...#model``.
     Returns the keyword arguments of :class:`OpenAIBackend` (``model`` and ``base_url`` included)."""
-    leaked = [k for k in spec.options if k.lower() in _SECRET_OPTS]
+    leaked = [k for k in spec.options if k.lower() in _SECRET_OPTS or is_secret_name(k)]
     if leaked:
         raise BackendError(
             f"do not put credentials in the backend spec (it is written into results): remove {', '.join(leaked)}; "
-            "use the environment (OPENAI_API_KEY, AZURE_OPENAI_API_KEY) or the api_key= argument"
+            "use the environment (OPENAI_API_KEY, AZURE_OPENAI_API_KEY, or --backend-opt api_key_env=NAME) or --backend-opt api_key=..."
         )
-    check_known(spec.kind, options, [p for p in inspect.signature(OpenAIBackend.__init__).parameters if p not in ("self", "model", "kind", "spec")])
+    check_known(spec.kind, options, [p for p in inspect.signature(OpenAIBackend.__init__).parameters if p not in ("self", "model", "kind", "spec", "url_auth")])
     opts: dict[str, Any] = dict(options)
     for k in _INT_OPTS:
         if isinstance(opts.get(k), str):
@@ -838,9 +927,25 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
             raise BackendError(f"openai-compatible spec {spec.raw!r} names no model after '#'")
         opts.setdefault("base_url", base_url)
         if not urlsplit(str(opts["base_url"])).scheme.startswith("http") or not urlsplit(str(opts["base_url"])).netloc:
-            raise BackendError(f"openai-compatible spec {spec.raw!r}: the base URL {opts['base_url']!r} is not http(s)://host[:port]/...")
+            raise BackendError(f"openai-compatible spec {spec.raw!r}: the base URL {split_url(str(opts['base_url'])).shown!r} is not http(s)://host[:port]/...")
         opts["model"] = model
+    _check_credentials(spec, opts)
     return opts
+
+
+def _check_credentials(spec: BackendSpec, opts: dict[str, Any]) -> None:
+    """Usage errors of the credential options: ``api_key_env`` naming an unset variable, and URL
+    user info (HTTP Basic) together with an API key (Bearer): both go in the Authorization header."""
+    name = opts.get("api_key_env")
+    if name and not os.environ.get(str(name)):
+        raise OptionError(f"option api_key_env={name}: the environment variable {name} is not set (or empty)")
+    base = opts.get("base_url")
+    userinfo = spec.url_auth.username is not None or (isinstance(base, str) and "@" in urlsplit(base).netloc)
+    if userinfo and (opts.get("api_key") or name):
+        raise OptionError(
+            "the base URL carries user:password (sent as HTTP Basic in the Authorization header) and an API key is given "
+            f"({'api_key' if opts.get('api_key') else 'api_key_env'}, sent as Bearer in the same header): give one of them"
+        )
 
 
 def from_spec(spec: BackendSpec, **options: Any) -> OpenAIBackend:
@@ -848,4 +953,4 @@ def from_spec(spec: BackendSpec, **options: Any) -> OpenAIBackend:
     ``openai-compatible:<base_url>#<model>``; options as in :class:`OpenAIBackend` (strings from the
     spec's ``?key=value`` part are converted)."""
     opts = check_options(spec, **options)
-    return OpenAIBackend(opts.pop("model"), kind=spec.kind, spec=spec.raw, **opts)
+    return OpenAIBackend(opts.pop("model"), kind=spec.kind, spec=spec.raw, url_auth=spec.url_auth, **opts)

@@ -33,8 +33,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capjudge.backends.credentials import mask_argv, safe_options
 from capjudge.io import write_atomically
-from capjudge.redact import get_logger, scrub
+from capjudge.redact import get_logger, scrub, scrub_data
 
 log = get_logger("capjudge.backends.openai.batch")
 
@@ -202,6 +203,10 @@ class BatchState:
         self.cwd: str = data.get("cwd") or os.getcwd()
         self.backend: str = data.get("backend", "")
         self.backend_options: dict[str, Any] = dict(data.get("backend_options") or {})
+        # Where the credentials came from, by name only (OpenAIBackend.credential_sources()):
+        # keys and URL credentials are never written; those given on the command line are asked
+        # for again by the commands that need them.
+        self.credentials: dict[str, Any] = dict(data.get("credentials") or {})
         self.jobs: list[Job] = [Job(**j) for j in data.get("jobs") or []]
         self.stats = BatchStats(**(data.get("stats") or {}))
         # What the server's answers taught (``logprobs_refused``, ``top_cap``), as the online
@@ -210,10 +215,25 @@ class BatchState:
         self.created: float = float(data.get("created") or time.time())
 
     @classmethod
-    def new(cls, path: Path, *, run_id: str, command: list[str], backend: str, backend_options: dict[str, Any]) -> BatchState:
-        """A fresh state (not yet saved); job names start with a random prefix of this run."""
+    def new(
+        cls, path: Path, *, run_id: str, command: list[str], backend: str, backend_options: dict[str, Any], credentials: dict[str, Any] | None = None
+    ) -> BatchState:
+        """A fresh state (not yet saved); job names start with a random prefix of this run. No
+        credential is kept: the command and the spec show them as ``***``, credential options
+        (``api_key`` ...) are left out, ``credentials`` says where they came from."""
         prefix = f"capjudge-{run_id[:10]}-{secrets.token_hex(3)}"
-        return cls(path, {"run_id": run_id, "prefix": prefix, "command": [scrub(a) for a in command], "cwd": os.getcwd(), "backend": backend, "backend_options": backend_options})
+        return cls(
+            path,
+            {
+                "run_id": run_id,
+                "prefix": prefix,
+                "command": [scrub(a) for a in mask_argv(command)],
+                "cwd": os.getcwd(),
+                "backend": scrub(backend),
+                "backend_options": scrub_data(safe_options(backend_options)),
+                "credentials": credentials or {},
+            },
+        )
 
     @classmethod
     def load(cls, path: Path) -> BatchState:
@@ -236,6 +256,7 @@ class BatchState:
             "cwd": self.cwd,
             "backend": self.backend,
             "backend_options": self.backend_options,
+            "credentials": self.credentials,
             "created": self.created,
             "jobs": [asdict(j) for j in self.jobs],
             "stats": asdict(self.stats),

@@ -54,7 +54,9 @@ def check_batch_args(args: argparse.Namespace) -> None:
         raise UsageError("--batch, --batch-export and --batch-import run in one process: use them without --ray")
     kind = args.backend.split(":", 1)[0].lower()
     if kind not in BATCH_KINDS:
-        raise UsageError(f"batch mode needs an openai:, azure: or openai-compatible: backend, not {args.backend!r}")
+        from capjudge.backends.credentials import mask_argv
+
+        raise UsageError(f"batch mode needs an openai:, azure: or openai-compatible: backend, not {mask_argv([args.backend])[0]!r}")
     if args.batch_export and (args.batch or args.batch_import):
         raise UsageError("--batch-export writes the requests and stops: use it without --batch and --batch-import")
     if args.batch_import and not Path(args.batch_import).is_file():
@@ -184,6 +186,10 @@ def register(subparsers: Any) -> None:
     ):
         q = sub.add_parser(name, help=help_text)
         q.add_argument("out", metavar="RESULTS.jsonl", help="the --out of the --batch run")
+        # Credentials are never written to the state file: those the run was given on the command
+        # line are given again here (a key from an environment variable is read again).
+        q.add_argument("--backend", default=None, metavar="SPEC", help="the run's --backend again, when its URL carried credentials (never stored)")
+        q.add_argument("--backend-opt", action="append", default=[], metavar="KEY=VALUE", help="backend option, e.g. api_key=... when the run was given its key so (never stored)")
         if name == "status":
             q.add_argument("--json", action="store_true", help="print the state as one JSON object")
         if name == "collect":
@@ -205,12 +211,70 @@ def _load(out: str) -> Any:
         raise UsageError(str(exc)) from None
 
 
-def _provider(state: Any) -> Any:
+def _given_options(args: argparse.Namespace) -> dict[str, str]:
+    from capjudge.cli_errors import UsageError
+
+    options: dict[str, str] = {}
+    for item in getattr(args, "backend_opt", None) or ():
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise UsageError(f"--backend-opt {key.strip() or item!r}: expected KEY=VALUE")
+        options[key.strip()] = value
+    return options
+
+
+def _require_credentials(state: Any, args: argparse.Namespace) -> dict[str, str]:
+    """The ``--backend-opt`` options given here; a usage error naming what to give when the run
+    was given credentials on the command line (the state file never holds them) and they are
+    not given again."""
+    from capjudge.backends.openai.batch_run import COMMAND_LINE_KEY
+    from capjudge.cli_errors import UsageError
+
+    given = _given_options(args)
+    missing: list[str] = []
+    if state.credentials.get("api_key") == COMMAND_LINE_KEY and not given.get("api_key"):
+        missing.append("--backend-opt api_key=KEY")
+    if state.credentials.get("url") and not args.backend:
+        missing.append(f"--backend SPEC (the run's spec, whose URL carried {', '.join(state.credentials['url'])})")
+    if missing:
+        raise UsageError(
+            f"the batch run of {args.out} was given credentials on the command line, which capjudge never writes to disk: "
+            f"give them again: capjudge batch {args.batch_command} {args.out} {' '.join(missing)} (or run the run's own command again)"
+        )
+    return given
+
+
+def _provider(state: Any, args: argparse.Namespace) -> Any:
     from capjudge.backends.openai.batch import Provider
     from capjudge.backends.registry import load_backend
 
-    backend: Any = load_backend(state.backend, **state.backend_options)
+    given = _require_credentials(state, args)
+    backend: Any = load_backend(args.backend or state.backend, **{**state.backend_options, **given})
     return Provider(backend.batch_client(), backend.batch_url), backend
+
+
+def _restore_command(argv: list[str], backend: str | None, given: dict[str, str]) -> list[str]:
+    """The recorded command with the credentials given again: ``--backend`` replaced, the
+    ``--backend-opt`` options named in ``given`` replaced by the given values."""
+    out: list[str] = []
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        flag, eq, inline = arg.partition("=")
+        value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
+        step = 1 if eq else 2
+        if flag == "--backend" and backend is not None:
+            out += ["--backend", backend]
+            i += step
+            continue
+        if flag == "--backend-opt" and value.partition("=")[0].strip() in given:
+            i += step
+            continue
+        out.append(arg)
+        i += 1
+    for key, value in given.items():
+        out += ["--backend-opt", f"{key}={value}"]
+    return out
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -222,7 +286,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     from capjudge.backends.openai.batch_run import provider_errors
 
     state = _load(args.out)
-    provider, backend = _provider(state)
+    provider, backend = _provider(state, args)
     try:
         with provider_errors():
             for job in state.in_flight:
@@ -255,7 +319,8 @@ def cmd_collect(args: argparse.Namespace) -> int:
     from capjudge.cli_errors import UsageError
 
     state = _load(args.out)
-    argv = list(state.command)
+    given = _require_credentials(state, args)
+    argv = _restore_command(list(state.command), args.backend, given)
     if not argv:
         raise UsageError(f"{state.path} does not record the command of the run: run it again yourself")
     if args.wait and "--wait" not in argv:
@@ -276,7 +341,7 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     from capjudge.backends.openai.batch_run import provider_errors
 
     state = _load(args.out)
-    provider, backend = _provider(state)
+    provider, backend = _provider(state, args)
     cancelled = 0
     try:
         with provider_errors():

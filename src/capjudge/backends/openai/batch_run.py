@@ -78,6 +78,26 @@ def api_backend(backend: Backend) -> OpenAIBackend:
     return inner
 
 
+COMMAND_LINE_KEY = "the api_key option"  # OpenAIBackend.credential_sources()'s name for a key given as an option
+
+
+def check_credentials_given(state: BatchState, now: dict[str, Any]) -> None:
+    """A :class:`BatchStateError` (a usage error) when the run that wrote ``state`` was given
+    credentials on the command line that this run lacks: the state never holds them, and the
+    batches belong to the account they name."""
+    missing: list[str] = []
+    if state.credentials.get("api_key") == COMMAND_LINE_KEY and now.get("api_key") != COMMAND_LINE_KEY:
+        missing.append("its API key (--backend-opt api_key=...)")
+    url = list(state.credentials.get("url") or [])
+    if url and list(now.get("url") or []) != url:
+        missing.append(f"the credentials of its --backend URL ({', '.join(url)})")
+    if missing:
+        raise BatchStateError(
+            f"the batch run in {state.path} was given {' and '.join(missing)} on the command line; capjudge never writes credentials "
+            "to disk: give them again (run the same command, with them)"
+        )
+
+
 def run_id(backend: Backend, fields: dict[str, Any]) -> str:
     """What must not change between the runs that share a state file: the backend's identity and
     the fields every record carries (method, template hash, mode)."""
@@ -174,6 +194,8 @@ class BatchSession:
         self.state: BatchState | None = None
         if self.state_path.exists():
             state = BatchState.load(self.state_path)
+            # First: a spec without its URL credentials also differs in the run's fields.
+            check_credentials_given(state, self.api.credential_sources())
             if state.run_id != self.run_id:
                 raise BatchStateError(
                     f"{self.state_path} holds the batches of another run (another backend, method or template) for this --out: "
@@ -197,7 +219,14 @@ class BatchSession:
 
     def _state(self) -> BatchState:
         if self.state is None:
-            self.state = BatchState.new(self.state_path, run_id=self.run_id, command=self.command, backend=self.outer.spec, backend_options=self.backend_options)
+            self.state = BatchState.new(
+                self.state_path,
+                run_id=self.run_id,
+                command=self.command,
+                backend=self.outer.spec,
+                backend_options=self.backend_options,
+                credentials=self.api.credential_sources(),
+            )
         return self.state
 
     @contextlib.contextmanager
