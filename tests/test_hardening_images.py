@@ -126,6 +126,8 @@ def test_bad_image_limit_options_are_usage_errors(tmp_path: Path, capsys: pytest
     assert score(tmp_path, rows, "--oversize-images", "crop", images=tmp_path)[0] == 2
     assert score(tmp_path, rows, "--image-timeout", "0", images=tmp_path)[0] == 2
     assert "--image-timeout" in capsys.readouterr().err
+    rc, recs = score(tmp_path, rows, "--max-image-pixels", "0", "--oversize-images", "refuse", "--max-image-bytes", "1000", "--image-timeout", "2.5", images=tmp_path)
+    assert rc == 0 and recs[0]["status"] == "ok"  # 0: no pixel limit
 
 
 # ------------------------------------------------------------------------------- memo and prefetch
@@ -375,3 +377,20 @@ def test_html_without_images_embeds_only_from_the_folders_it_searches(tmp_path: 
     assert main(["html", str(res), "-o", str(out)]) == 0
     page = out.read_text()
     assert page.count('<div class="imgerr">not embedded: the file is outside the image folder') == 1
+
+
+def test_compare_records_say_when_the_image_was_downscaled(tmp_path: Path) -> None:
+    png(tmp_path / "wide.png", (3000, 1000))
+    inp = write_jsonl(tmp_path / "pairs.jsonl", [{"image": "wide.png", "caption_a": "a band", "caption_b": "a cat", "id": "p"}])
+    out = tmp_path / "pairs-out.jsonl"
+    rc = main(["compare", "--backend", "scripted:Answer A", "--images", str(tmp_path), "--input", str(inp), "--out", str(out), "--no-cache", "--quiet", "--max-image-pixels", "1000000"])
+    assert rc == 0
+    (record,) = read_jsonl(out)
+    assert record["status"] == "ok" and record["details"]["image_downscaled"]["from"] == [3000, 1000]
+
+
+def test_a_pil_image_above_the_limit_is_downscaled_too() -> None:
+    loaded = load_image(Image.new("RGB", (2000, 1000), (5, 5, 5)), limits=ImageLimits(max_pixels=500_000))
+    assert loaded.original_size == (2000, 1000) and loaded.pil().size == (1000, 500)
+    with pytest.raises(ImageError, match="above the limit"):
+        load_image(Image.new("RGB", (2000, 1000)), limits=ImageLimits(max_pixels=500_000, oversize="refuse"))

@@ -146,9 +146,9 @@ def _decode(data: bytes, label: str, limits: ImageLimits = DEFAULT_LIMITS) -> tu
 
     original: tuple[int, int] | None = None
     try:
-        img = Image.open(io.BytesIO(data))
-        fmt = img.format
-        w, h = img.size
+        opened = Image.open(io.BytesIO(data))
+        fmt = opened.format
+        w, h = opened.size
         if limits.max_pixels and w * h > limits.max_pixels:
             if limits.oversize == "refuse":
                 raise ImageError(
@@ -156,9 +156,10 @@ def _decode(data: bytes, label: str, limits: ImageLimits = DEFAULT_LIMITS) -> tu
                     "(--max-image-pixels): refused (--oversize-images refuse); downscale would shrink it"
                 )
             original = (w, h)
-            img = _downscaled(img, limits.max_pixels)
+            img = _downscaled(opened, limits.max_pixels)
         else:
-            img.load()
+            opened.load()
+            img = opened
     except UnidentifiedImageError:
         # PIL's own text names the in-memory buffer by its address, which differs in every run.
         raise ImageError(f"image {label!r} could not be decoded: not an image in a format Pillow reads (unknown format or corrupt file)") from None
@@ -348,7 +349,7 @@ def load_image(
         if limits.oversize == "refuse":
             raise ImageError(f"image {label!r} is {pil.width}x{pil.height} = {pil.width * pil.height:,} pixels, above the limit of {limits.max_pixels:,} (--max-image-pixels): refused")
         original = pil.size
-        pil = pil.resize(_fit(pil.width, pil.height, limits.max_pixels))
+        pil = pil.reduce(_factor(pil.width, pil.height, limits.max_pixels))
         data, mime = _encoded(pil, "PNG")
     sha = hashlib.sha256(data).hexdigest()
     return LoadedImage(sha256=sha, label=label, data=data, mime=mime, original_size=original, limits=limits, _pil=pil)
