@@ -125,6 +125,7 @@ def test_bad_image_limit_options_are_usage_errors(tmp_path: Path, capsys: pytest
     assert score(tmp_path, rows, "--max-image-pixels", "-5", images=tmp_path)[0] == 2
     assert score(tmp_path, rows, "--oversize-images", "crop", images=tmp_path)[0] == 2
     assert score(tmp_path, rows, "--image-timeout", "0", images=tmp_path)[0] == 2
+    assert score(tmp_path, rows, "--max-image-bytes", "0", images=tmp_path)[0] == 2
     assert "--image-timeout" in capsys.readouterr().err
     rc, recs = score(tmp_path, rows, "--max-image-pixels", "0", "--oversize-images", "refuse", "--max-image-bytes", "1000", "--image-timeout", "2.5", images=tmp_path)
     assert rc == 0 and recs[0]["status"] == "ok"  # 0: no pixel limit
@@ -394,3 +395,31 @@ def test_a_pil_image_above_the_limit_is_downscaled_too() -> None:
     assert loaded.original_size == (2000, 1000) and loaded.pil().size == (1000, 500)
     with pytest.raises(ImageError, match="above the limit"):
         load_image(Image.new("RGB", (2000, 1000)), limits=ImageLimits(max_pixels=500_000, oversize="refuse"))
+
+
+def _flickr_file(tmp_path: Path, images: list[str]) -> Path:
+    data = {
+        f"img{i}": {
+            "image_id": f"img{i}",
+            "image_path": im,
+            "ground_truth": ["a red square ."],
+            "human_judgement": [{"image_id": f"img{i}", "image_path": im, "caption": f"a square number {i} .", "rating": 3.0}],
+        }
+        for i, im in enumerate(images)
+    }
+    path = tmp_path / "flickr.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_run_benchmark_refuses_annotation_paths_that_leave_the_images_folder(tmp_path: Path, layout: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    human = _flickr_file(tmp_path, ["inside.png", "../secret.png"])
+    out = tmp_path / "bench.jsonl"
+    base = ["run-benchmark", "--dataset", "flickr8k-expert", "--human", str(human), "--images", str(layout["images"]), "--method", "fleur", "--backend", "scripted:0.5", "--no-cache", "--out", str(out), "--format", "json"]
+    run_cli(base)  # exit 1: two captions measure nothing; the records are what this test reads
+    recs = {Path(r["image"]).name: r for r in read_jsonl(out)}
+    assert recs["inside.png"]["status"] == "ok"
+    assert recs["secret.png"]["status"] == "error" and "outside the images folder" in recs["secret.png"]["error"]
+    capsys.readouterr()
+    run_cli([*base, "--allow-outside-images"])
+    assert [r["status"] for r in read_jsonl(out)] == ["ok", "ok"]

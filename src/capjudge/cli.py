@@ -200,6 +200,14 @@ def _count(text: str) -> int:
     return value
 
 
+def _positive(text: str) -> int:
+    """A whole number >= 1 for argparse."""
+    value = _count(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {text!r}")
+    return value
+
+
 def _seconds(text: str) -> float:
     """A positive number of seconds for argparse."""
     try:
@@ -219,7 +227,7 @@ def add_image_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--allow-outside-images", action="store_true", default=None, help="with --images DIR: also read image paths that leave DIR (../, absolute paths, symlinks pointing outside); without it such a row is an error record")
     g.add_argument("--max-image-pixels", type=_count, default=None, metavar="N", help=f"decoded pixel budget of one image (default {DEFAULT_LIMITS.max_pixels:,}; 0: none); larger images are downscaled at load, see --oversize-images")
     g.add_argument("--oversize-images", choices=("downscale", "refuse"), default=None, help="an image above --max-image-pixels is downscaled to fit (default; the record's details say from what size) or refused (an error record)")
-    g.add_argument("--max-image-bytes", type=_count, default=None, metavar="B", help=f"size cap of an http(s) image a local backend downloads (default {DEFAULT_LIMITS.max_download_bytes:,})")
+    g.add_argument("--max-image-bytes", type=_positive, default=None, metavar="B", help=f"size cap of an http(s) image a local backend downloads (default {DEFAULT_LIMITS.max_download_bytes:,})")
     g.add_argument("--image-timeout", type=_seconds, default=None, metavar="S", help=f"deadline for downloading one http(s) image, the whole download (default {DEFAULT_LIMITS.download_timeout:g} s)")
 
 
