@@ -423,3 +423,12 @@ def test_run_benchmark_refuses_annotation_paths_that_leave_the_images_folder(tmp
     capsys.readouterr()
     run_cli([*base, "--allow-outside-images"])
     assert [r["status"] for r in read_jsonl(out)] == ["ok", "ok"]
+
+
+def test_a_remote_image_that_failed_is_not_downloaded_again_for_each_caption(server: str) -> None:
+    img = load_image(server + "/trickle", limits=ImageLimits(download_timeout=0.4))
+    t0 = time.monotonic()
+    for _ in range(3):
+        with pytest.raises(ImageError, match="--image-timeout"):
+            img.pil()
+    assert time.monotonic() - t0 < 1.2  # one deadline, not three

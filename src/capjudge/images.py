@@ -90,16 +90,23 @@ class LoadedImage:
     limits: ImageLimits = field(default=DEFAULT_LIMITS, repr=False, compare=False)
     _pil: PILImage.Image | None = field(default=None, repr=False, compare=False)
     _data_url: str | None = field(default=None, init=False, repr=False, compare=False)  # data_url(), made once
+    _failure: str | None = field(default=None, init=False, repr=False, compare=False)  # pil()'s error, kept
 
     def pil(self) -> PILImage.Image:
         """The picture as an RGB PIL image (decoded lazily, downloaded if it is a URL, within
         :attr:`limits`)."""
         if self._pil is not None:
             return self._pil
+        if self._failure is not None:  # a URL that failed once is not fetched again by each caption
+            raise ImageError(self._failure)
         data = self.data
-        if not data and self.url:
-            data = download(self.url, self.limits)
-        img, original = _decode(data, self.label, self.limits)
+        try:
+            if not data and self.url:
+                data = download(self.url, self.limits)
+            img, original = _decode(data, self.label, self.limits)
+        except ImageError as exc:
+            object.__setattr__(self, "_failure", str(exc))
+            raise
         object.__setattr__(self, "_pil", img)
         if original is not None:
             object.__setattr__(self, "original_size", original)
