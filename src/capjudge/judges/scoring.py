@@ -154,28 +154,32 @@ class ScoringRun:
         thread: reading, hashing and decoding a picture (~5 ms for a 750x750 JPEG, mostly outside
         the GIL) then overlaps the requests in flight instead of holding up the thread that reads
         their answers and sends the next ones. The same loader, the same error texts. Bounded by
-        bytes (:meth:`_room_ahead`): one more picture per group started, while there is room."""
+        bytes (:meth:`_room_ahead`)."""
         for i, group in enumerate(groups):
+            # The group's own picture first (the loader thread works on it anyway): its size is
+            # then known when deciding how many more may load ahead.
+            self._collect(group)
             for ahead in groups[i + 1 : i + 1 + _PREFETCH]:
                 if not self._room_ahead():
                     break  # the next pictures load when their turn comes
                 self._load_ahead(ahead)
-            self._collect(group)
             yield group
 
     def _room_ahead(self) -> bool:
-        """Whether one more picture may load ahead: none is loading now (the one loader thread
-        would only queue it, at a size not yet known), and the pictures loaded ahead and not yet
-        used, plus one as large as the largest seen, stay within ``PREFETCH_BYTES``."""
-        held = 0
+        """Whether one more picture may load ahead: the pictures loaded ahead and not yet used,
+        those still loading and the next one (each counted as the largest picture seen so far)
+        stay within ``PREFETCH_BYTES``. Until a picture's size is known, one loads at a time."""
+        held = pending = 0
         for future in self._loading.values():
             if not future.done():
-                return False
-            if not future.cancelled() and future.exception() is None:
+                pending += 1
+            elif not future.cancelled() and future.exception() is None:
                 size = _held(future.result())
                 self._largest = max(self._largest, size)
                 held += size
-        return held + self._largest < PREFETCH_BYTES
+        if pending and not self._largest:
+            return False
+        return held + (pending + 1) * self._largest < PREFETCH_BYTES
 
     def _load_ahead(self, group: list[Item]) -> None:
         image = _image_of(group[0][1])
