@@ -179,7 +179,57 @@ def _judge_kwargs(args: argparse.Namespace) -> dict[str, Any]:
         "max_new_tokens": getattr(args, "max_new_tokens", None),
         "backend_options": _backend_options(args),
         "method_options": _parse_options(getattr(args, "method_option", None), "--method-option"),
+        **image_options(args),
     }
+
+
+def image_options(args: argparse.Namespace) -> dict[str, Any]:
+    """:class:`~capjudge.judges.judge.Judge`'s image keyword arguments (``--allow-outside-images``,
+    ``--max-image-pixels``, ``--oversize-images``, ``--max-image-bytes``, ``--image-timeout``)."""
+    names = ("allow_outside_images", "max_image_pixels", "oversize_images", "max_image_bytes", "image_timeout")
+    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+
+
+def _count(text: str) -> int:
+    """A whole number >= 0 for argparse (``--max-image-pixels 0`` turns the limit off)."""
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected 0 or more, got {text!r}")
+    return value
+
+
+def _positive(text: str) -> int:
+    """A whole number >= 1 for argparse."""
+    value = _count(text)
+    if value == 0:
+        raise argparse.ArgumentTypeError(f"expected 1 or more, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    """A positive number of seconds for argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
+def add_image_options(p: argparse.ArgumentParser) -> None:
+    """The options that bound what an image may cost and where it may come from."""
+    from capjudge.images import DEFAULT_LIMITS
+
+    g = p.add_argument_group("images")
+    g.add_argument("--allow-outside-images", action="store_true", default=None, help="with --images DIR: also read image paths that leave DIR (../, absolute paths, symlinks pointing outside); without it such a row is an error record")
+    g.add_argument("--max-image-pixels", type=_count, default=None, metavar="N", help=f"decoded pixel budget of one image (default {DEFAULT_LIMITS.max_pixels:,}; 0: none); larger images are downscaled at load, see --oversize-images")
+    g.add_argument("--oversize-images", choices=("downscale", "refuse"), default=None, help="an image above --max-image-pixels is downscaled to fit (default; the record's details say from what size) or refused (an error record)")
+    g.add_argument("--max-image-bytes", type=_positive, default=None, metavar="B", help=f"size cap of an http(s) image a local backend downloads (default {DEFAULT_LIMITS.max_download_bytes:,})")
+    g.add_argument("--image-timeout", type=_seconds, default=None, metavar="S", help=f"deadline for downloading one http(s) image, the whole download (default {DEFAULT_LIMITS.download_timeout:g} s)")
 
 
 def _make_judge(args: argparse.Namespace, method: Any) -> Any:
@@ -222,7 +272,7 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
         p.add_argument("--method", required=True, help="judging method (see `capjudge methods`)")
     else:
         p.add_argument("--method", default=method_default, help=f"judging method (default: {method_default})")
-    p.add_argument("--images", default=None, help="folder that relative image paths are resolved against")
+    p.add_argument("--images", default=None, help="folder that relative image paths are resolved against; paths that leave it are refused (see --allow-outside-images)")
     p.add_argument("--template", default=None, help="run the method with another registered template")
     p.add_argument("--template-file", default=None, help="run the method with your own Jinja template file (sandboxed)")
     p.add_argument("--judge", default=None, metavar="PRESET", help="judge preset of a local model: how its family is prompted (see `capjudge judges`); hf: models choose it from their config when omitted; explicit --backend-opt settings win")
@@ -240,6 +290,7 @@ def _add_common(p: argparse.ArgumentParser, *, method_default: str | None = None
     api.add_argument("--max-cost", type=float, default=None, metavar="USD", help="stop before the run spends more than this; requests not sent become error records")
     api.add_argument("--prices", default=None, metavar="JSON", help="price overrides: JSON file of model -> {\"input\": USD/1M, \"output\": USD/1M}")
     api.add_argument("--detail", choices=("low", "high", "auto"), default=None, help="image detail for OpenAI models")
+    add_image_options(p)
 
 
 def _add_resume(p: argparse.ArgumentParser) -> None:
@@ -432,7 +483,7 @@ def _html_report(args: argparse.Namespace) -> None:
     from capjudge.report.commands import command_line, emit
     from capjudge.report.pages import results_page
 
-    emit(args.html, lambda: results_page([args.out], images=args.images, command=command_line()), quiet=args.quiet)
+    emit(args.html, lambda: results_page([args.out], images=args.images, command=command_line(), allow_outside_images=bool(args.allow_outside_images)), quiet=args.quiet)
 
 
 # -------------------------------------------------------------------------------------- compare

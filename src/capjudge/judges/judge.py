@@ -17,7 +17,7 @@ from capjudge.backends.base import Backend, Completion, GenerationConfig, Messag
 from capjudge.backends.faults import failure_details
 from capjudge.backends.presets import preset_of, preset_options
 from capjudge.backends.registry import load_backend
-from capjudge.images import ImageError, LoadedImage, load_image
+from capjudge.images import DEFAULT_LIMITS, ImageError, ImageLimits, LoadedImage, load_image
 from capjudge.judges import pairwise
 from capjudge.judges.dispatch import generate_all, in_input_order
 from capjudge.judges.scoring import ScoringRun, cached_note, image_key, sample_id, short
@@ -109,6 +109,18 @@ class Judge:
         A judge preset (:func:`capjudge.backends.presets.list_presets`: ``"qwen2.5-vl"``,
         ``"gemma3"``, ...) for a local backend spec; ``None`` lets an ``hf:`` backend choose it
         from the model's config (the CLI's ``--judge``).
+    allow_outside_images:
+        With ``images_root``: also read image paths that leave it (``../``, absolute paths,
+        symlinks pointing outside). Off by default: such a sample is an error record.
+    max_image_pixels:
+        Pixel budget of a decoded image (0: none): larger pictures are downscaled at load to fit
+        (records say so in ``details["image_downscaled"]``), or refused with
+        ``oversize_images="refuse"``.
+    oversize_images:
+        ``"downscale"`` (default) or ``"refuse"`` (an error record naming the sample).
+    max_image_bytes, image_timeout:
+        Size cap (bytes) and overall deadline (seconds, the whole download) of an ``http(s)`` image
+        that a local backend downloads.
     """
 
     def __init__(
@@ -126,8 +138,15 @@ class Judge:
         backend_options: dict[str, Any] | None = None,
         method_options: dict[str, Any] | None = None,
         preset: str | None = None,
+        allow_outside_images: bool = False,
+        max_image_pixels: int = DEFAULT_LIMITS.max_pixels,
+        oversize_images: str = DEFAULT_LIMITS.oversize,
+        max_image_bytes: int = DEFAULT_LIMITS.max_download_bytes,
+        image_timeout: float = DEFAULT_LIMITS.download_timeout,
     ) -> None:
         self.method = get_method(method).configure(method_options)
+        self.image_limits = ImageLimits(max_pixels=max_image_pixels, oversize=oversize_images, max_download_bytes=max_image_bytes, download_timeout=image_timeout)  # type: ignore[arg-type]
+        self.allow_outside_images = bool(allow_outside_images)
         options = dict(backend_options or {})
         if preset is not None:
             if not isinstance(backend, str):
@@ -164,6 +183,9 @@ class Judge:
     def _result(self, prep: _Prepared, **fields: Any) -> ScoreResult:
         if self.judge_preset is not None:
             fields["details"] = {**(fields.get("details") or {}), "judge_preset": self.judge_preset}
+        resized = prep.image.downscale_details() if prep.image is not None else None
+        if resized is not None:
+            fields["details"] = {**(fields.get("details") or {}), "image_downscaled": resized}
         s = prep.sample
         return ScoreResult(
             id=sample_id(s, prep.index),
@@ -271,7 +293,7 @@ class Judge:
     def _load(self, image: Any) -> LoadedImage | str:
         """The image loaded (read, hashed, decoded), or the error text its samples get."""
         try:
-            return load_image(image, root=self.images_root)
+            return load_image(image, root=self.images_root, limits=self.image_limits, confine=not self.allow_outside_images)
         except ImageError as exc:
             return str(exc)
         except Exception as exc:  # noqa: BLE001 - any unreadable input becomes a record

@@ -271,9 +271,9 @@ class _DualRun:
             got: list[Answer | None] = [None, None]
             max_new = judge.method.max_new_tokens if judge.method.kind == "pairwise" else 256
             for order, prompt in enumerate(prompts):
-                self.executor.add(judge.request(prompt, prep_a.image, max_new), functools.partial(self._answered, i, p, item, got, order))
+                self.executor.add(judge.request(prompt, prep_a.image, max_new), functools.partial(self._answered, i, p, item, got, order, prep_a.image))
 
-    def _answered(self, i: int, p: Pair, item: Any, got: list[Answer | None], order: int, out: Answer) -> None:
+    def _answered(self, i: int, p: Pair, item: Any, got: list[Answer | None], order: int, image: LoadedImage, out: Answer) -> None:
         got[order] = out
         o1, o2 = got
         if o1 is None or o2 is None:
@@ -292,7 +292,11 @@ class _DualRun:
             message = f"pair {p.id or i}: no verdict in the {which} order's answer: {' '.join(bad_out.text.split())[:80]!r}{cached_note(bad_out)}"
             self._error(i, p, item, message, votes=votes, raw=[t1, t2])
             return
-        result = _pair_result(self.judge, i, p, item, "pairwise", verdict=dual_sided_vote(v1, v2), votes=votes, raw=[t1, t2], details={"cached": [o1.cached, o2.cached]})
+        details: dict[str, Any] = {"cached": [o1.cached, o2.cached]}
+        resized = image.downscale_details()
+        if resized is not None:  # the picture was above the pixel limit
+            details["image_downscaled"] = resized
+        result = _pair_result(self.judge, i, p, item, "pairwise", verdict=dual_sided_vote(v1, v2), votes=votes, raw=[t1, t2], details=details)
         self.done.append((i, result))
 
 

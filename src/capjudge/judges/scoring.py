@@ -32,18 +32,35 @@ if TYPE_CHECKING:
 
 Item = tuple[int, Any]  # (input index, sample as given)
 
-_IMAGE_MEMO = 64  # decoded images kept for the next samples (captions of one image are adjacent)
-_PREFETCH = 4  # image groups whose pictures are loaded ahead in a sliding-window run
+# Decoded images kept for the next samples (captions of one image are adjacent), by bytes held
+# (encoded + decoded): twelve 40-megapixel pictures are 1.4 GB, twelve thumbnails a few MB.
+IMAGE_MEMO_BYTES = 256 * 1024 * 1024
+_PREFETCH = 4  # image groups whose pictures are loaded ahead in a sliding-window run, at most
+PREFETCH_BYTES = 256 * 1024 * 1024  # and no more ahead than this, loaded and not yet used
+
+
+def _held(value: LoadedImage | str) -> int:
+    return value.nbytes() if isinstance(value, LoadedImage) else len(value)
 
 
 class ImageMemo(OrderedDict[Any, "LoadedImage | str"]):
-    """The last images loaded (or their load errors), so the captions of one image read it once."""
+    """The last images loaded (or their load errors), so the captions of one image read it once;
+    at most ``budget`` bytes of them (the newest is kept whatever its size)."""
+
+    def __init__(self, budget: int = IMAGE_MEMO_BYTES) -> None:
+        super().__init__()
+        self.budget = budget
+        self.held = 0
 
     def __setitem__(self, key: Any, value: LoadedImage | str) -> None:
+        if key in self:
+            self.held -= _held(super().__getitem__(key))
         super().__setitem__(key, value)
         self.move_to_end(key)
-        while len(self) > _IMAGE_MEMO:
-            self.popitem(last=False)
+        self.held += _held(value)
+        while self.held > self.budget and len(self) > 1:
+            _, old = self.popitem(last=False)
+            self.held -= _held(old)
 
 
 def read_windows(samples: Iterable[Any], size: int) -> Iterator[list[Item]]:
@@ -109,6 +126,7 @@ class ScoringRun:
         # images of the next groups, loading in a background thread (sliding window only)
         self._loading: dict[Any, concurrent.futures.Future[LoadedImage | str]] = {}
         self._loader: concurrent.futures.ThreadPoolExecutor | None = None
+        self._largest = 0  # bytes of the largest picture loaded ahead so far
 
     # ------------------------------------------------------------------ batches of work
     def batches(self, samples: Iterable[Any], *, indexed: bool = False) -> Iterator[list[Item]]:
@@ -135,12 +153,33 @@ class ScoringRun:
         """Each group, once the images of the next ``_PREFETCH`` groups are loading in a background
         thread: reading, hashing and decoding a picture (~5 ms for a 750x750 JPEG, mostly outside
         the GIL) then overlaps the requests in flight instead of holding up the thread that reads
-        their answers and sends the next ones. The same loader, the same error texts."""
+        their answers and sends the next ones. The same loader, the same error texts. Bounded by
+        bytes (:meth:`_room_ahead`)."""
         for i, group in enumerate(groups):
-            for ahead in groups[i + 1 : i + 1 + _PREFETCH]:
-                self._load_ahead(ahead)
+            # The group's own picture first (the loader thread works on it anyway): its size is
+            # then known when deciding how many more may load ahead.
             self._collect(group)
+            for ahead in groups[i + 1 : i + 1 + _PREFETCH]:
+                if not self._room_ahead():
+                    break  # the next pictures load when their turn comes
+                self._load_ahead(ahead)
             yield group
+
+    def _room_ahead(self) -> bool:
+        """Whether one more picture may load ahead: the pictures loaded ahead and not yet used,
+        those still loading and the next one (each counted as the largest picture seen so far)
+        stay within ``PREFETCH_BYTES``. Until a picture's size is known, one loads at a time."""
+        held = pending = 0
+        for future in self._loading.values():
+            if not future.done():
+                pending += 1
+            elif not future.cancelled() and future.exception() is None:
+                size = _held(future.result())
+                self._largest = max(self._largest, size)
+                held += size
+        if pending and not self._largest:
+            return False
+        return held + (pending + 1) * self._largest < PREFETCH_BYTES
 
     def _load_ahead(self, group: list[Item]) -> None:
         image = _image_of(group[0][1])
@@ -157,7 +196,9 @@ class ScoringRun:
         future = self._loading.pop(key, None) if key is not None else None
         if future is not None:
             with contextlib.suppress(Exception):  # cancelled or broken: start() loads it itself
-                self.images[key] = future.result()
+                loaded = future.result()
+                self._largest = max(self._largest, _held(loaded))
+                self.images[key] = loaded
 
     def run(self, samples: Iterable[Any]) -> Iterator[tuple[int, ScoreResult]]:
         """``(input index, result)`` for every sample, in the order results are made."""

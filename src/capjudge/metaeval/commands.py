@@ -57,6 +57,7 @@ def register(subparsers: Any) -> None:
     )
     _add_eval_options(p)
     p.add_argument("--images", required=True, metavar="DIR", help="local folder holding the benchmark's images")
+    p.add_argument("--allow-outside-images", action="store_true", help="also read annotation image paths that leave --images (../, absolute paths, symlinks pointing outside); without it such a row is an error record")
     p.add_argument("--method", required=True, help="judging method (see capjudge methods)")
     p.add_argument("--backend", required=True, metavar="SPEC", help="backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf")
     p.add_argument("--judge", default=None, metavar="PRESET", help="judge preset of a local model (see capjudge judges; hf: models choose it from their config)")
@@ -195,6 +196,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     images = Path(args.images)
     if not images.is_dir():
         return _err(f"image folder not found: {images}")
+    images = images.absolute()  # annotation paths resolve to absolute ones, which the judge keeps inside it
     from capjudge.preflight import PreflightError, check_backend, check_output
     from capjudge.prompts.registry import UnknownMethodError, get_method
 
@@ -214,7 +216,8 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
         from capjudge.backends.cache import default_cache_dir
 
         # The response cache makes a benchmark run resumable: a re-run asks only what is missing.
-        judge = Judge(args.method, args.backend, cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()), preset=args.judge)
+        judge = Judge(args.method, args.backend, cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()), preset=args.judge,
+                      images_root=images, allow_outside_images=args.allow_outside_images)  # fmt: skip
     except BackendError as exc:  # the backend could not start: exit 1, as `capjudge score`
         print(f"capjudge: backend error: {exc}", file=sys.stderr)
         return 1

@@ -45,6 +45,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--prompt-checks", type=int, default=5, metavar="N", help="compare the prompt tokens of the first N samples (default 5)")
     p.add_argument("--tolerance", type=float, default=None, metavar="T", help=f"exit {EXIT_OUTSIDE_TOLERANCE} when a score differs by more than T, a verdict flips or the prompts differ")
     p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or one JSON object on the last line")
+    from capjudge.cli import add_image_options  # the parser is built after cli.py is loaded
+
+    add_image_options(p)
     p.set_defaults(func=cmd_parity)
 
 
@@ -64,7 +67,7 @@ def _rows(path: str, reader: Any, limit: int | None) -> tuple[list[dict[str, Any
 
 def cmd_parity(args: argparse.Namespace) -> int:
     """``capjudge parity``: judge on both backends, print the comparison."""
-    from capjudge.cli import _parse_options
+    from capjudge.cli import _parse_options, image_options
     from capjudge.cli_errors import UsageError
     from capjudge.io import read_pairs, read_samples
     from capjudge.preflight import check_backend, check_images, check_input
@@ -96,7 +99,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
     report = run_parity(
         samples, args.a, args.b, method=method.name, pairs=pairs, pair_method=pair_method.name, system=system,
         images_root=args.images, cache_dir=args.cache_dir, backend_options_a=opts_a, backend_options_b=opts_b,
-        prompt_checks=args.prompt_checks,
+        prompt_checks=args.prompt_checks, image_options=image_options(args),
     )  # fmt: skip
     report.notes.extend(f"unreadable row skipped: {b}" for b in bad + bad_pairs)
     if args.format == "json":

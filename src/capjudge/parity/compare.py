@@ -131,6 +131,7 @@ def run_parity(
     backend_options_b: dict[str, Any] | None = None,
     prompt_checks: int = 5,
     worst: int = 5,
+    image_options: dict[str, Any] | None = None,
 ) -> ParityReport:
     """Judge ``samples`` with ``method`` on both backends (and ``pairs`` with ``pair_method``, if
     given) and compare.
@@ -139,7 +140,9 @@ def run_parity(
     otherwise use it on local backends only, and the prompts would differ by design); pass a
     sentence or ``None`` to choose. ``cache_dir=None`` (the default) asks both backends afresh.
     The prompt tokens of the first ``prompt_checks`` samples are compared where both backends
-    can show them (:meth:`~capjudge.backends.base.Backend.prompt_tokens`).
+    can show them (:meth:`~capjudge.backends.base.Backend.prompt_tokens`). ``image_options`` are
+    :class:`~capjudge.judges.judge.Judge`'s image arguments (``allow_outside_images``,
+    ``max_image_pixels``, ...), the same for every judge built here.
     """
     from capjudge import Judge
     from capjudge.prompts.registry import get_method
@@ -148,8 +151,9 @@ def run_parity(
     m = get_method(method)
     sys_turn = m.system if system == "method" else system
     report = ParityReport(backend_a=_spec(backend_a), backend_b=_spec(backend_b), method=m.name, n=len(samples))
-    ja = Judge(m, backend_a, system=sys_turn, images_root=images_root, cache_dir=cache_dir, backend_options=backend_options_a)
-    jb = Judge(m, backend_b, system=sys_turn, images_root=images_root, cache_dir=cache_dir, backend_options=backend_options_b)
+    img_opts = dict(image_options or {})
+    ja = Judge(m, backend_a, system=sys_turn, images_root=images_root, cache_dir=cache_dir, backend_options=backend_options_a, **img_opts)
+    jb = Judge(m, backend_b, system=sys_turn, images_root=images_root, cache_dir=cache_dir, backend_options=backend_options_b, **img_opts)
     try:
         report.backend_a, report.backend_b = ja.backend_spec, jb.backend_spec
         ra = list(ja.score_many(samples))
@@ -159,8 +163,8 @@ def run_parity(
         _prompt_stats(report, ja, jb, samples[:prompt_checks])
         if pairs is not None:
             pm = get_method(pair_method)
-            pa = Judge(pm, ja.backend, system=pm.system if system == "method" else system, images_root=images_root)
-            pb = Judge(pm, jb.backend, system=pm.system if system == "method" else system, images_root=images_root)
+            pa = Judge(pm, ja.backend, system=pm.system if system == "method" else system, images_root=images_root, **img_opts)
+            pb = Judge(pm, jb.backend, system=pm.system if system == "method" else system, images_root=images_root, **img_opts)
             pairs = list(pairs)
             _pair_stats(report, list(pa.compare_many(pairs)), list(pb.compare_many(pairs)))
     finally:  # close what was built here; backends passed in stay open

@@ -18,6 +18,7 @@ from capjudge.cli import (
     _make_judge,
     _method_with_template,
     _preflight,
+    image_options,
 )
 from capjudge.cli_errors import UsageError
 
@@ -132,7 +133,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         data["bad_rows"] = bad
         second = cmp = None
         if other is not None:
-            judge2 = Judge(other, judge.backend, system="auto" if args.system == "auto" else judge.system, images_root=args.images, batch_size=args.batch_size)
+            judge2 = Judge(other, judge.backend, system="auto" if args.system == "auto" else judge.system, images_root=args.images, batch_size=args.batch_size, **image_options(args))
             second = run_probe(judge2, samples, kinds=kinds, seed=args.seed, pairwise=args.pairwise, canary=args.canary, target=args.target, writer=writer)
             cmp = compare_hardening(report, second)
             text += "\n" + probe_markdown(second) + "\n" + hardening_markdown(cmp)

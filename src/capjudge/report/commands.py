@@ -71,7 +71,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("results", nargs="+", metavar="RESULTS.jsonl", help="one or more results files")
     p.add_argument("-o", "--out", required=True, metavar="REPORT.html", help="the HTML file to write")
-    p.add_argument("--images", default=None, metavar="DIR", help="folder relative image paths are resolved against (default: beside each results file, then the current folder)")
+    p.add_argument("--images", default=None, metavar="DIR", help="folder relative image paths are resolved against (default: beside each results file, then the current folder); only images inside it (or, without it, inside the folders searched) are embedded")
+    p.add_argument("--allow-outside-images", action="store_true", help="also embed image files outside the image folder(s): ../ paths, absolute paths, symlinks pointing outside")
     p.add_argument("--names", nargs="+", metavar="NAME", help="a name per results file (default: the file names)")
     p.add_argument("--title", default=None, help="the page title")
     p.add_argument("--agree", action="store_true", help="with two or more score files: add the judges' agreement (scatter, largest disagreements)")
@@ -103,6 +104,8 @@ def cmd_html(args: argparse.Namespace) -> int:
             thumb_px=args.thumb_size,
             with_agree=args.agree,
             command=command_line(),
+            allow_outside_images=args.allow_outside_images,
+            confine_searched=True,
         )
     except AgreeInputError as exc:
         raise UsageError(f"--agree: {exc}") from None

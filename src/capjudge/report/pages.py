@@ -35,8 +35,19 @@ if TYPE_CHECKING:
     from capjudge.probes.runner import HardeningComparison, ProbeReport
 
 
-def thumb_cache(images: str | Path | None, results: Sequence[str | Path] = (), max_px: int = DEFAULT_MAX_PX) -> ThumbCache:
-    """Thumbnails resolved under ``images``, then the results files' folders, then the current folder."""
+def thumb_cache(
+    images: str | Path | None,
+    results: Sequence[str | Path] = (),
+    max_px: int = DEFAULT_MAX_PX,
+    *,
+    allow_outside: bool = False,
+    confine_searched: bool = False,
+) -> ThumbCache:
+    """Thumbnails resolved under ``images``, then the results files' folders, then the current folder.
+
+    Embedded only from inside ``images`` when it is given; with ``confine_searched`` (``capjudge
+    html``: the results may be someone else's) and no ``images``, only from the folders searched;
+    ``allow_outside`` embeds any file found."""
     roots: list[Path] = [Path(images)] if images else []
     for r in results:
         parent = Path(r).resolve().parent
@@ -44,7 +55,13 @@ def thumb_cache(images: str | Path | None, results: Sequence[str | Path] = (), m
             roots.append(parent)
     if Path.cwd() not in roots:
         roots.append(Path.cwd())
-    return ThumbCache(roots, max_px)
+    allowed: list[Path] | None = None
+    if not allow_outside:
+        if images:
+            allowed = [Path(images)]
+        elif confine_searched:
+            allowed = list(roots)
+    return ThumbCache(roots, max_px, allowed)
 
 
 def _f(v: Any, digits: int = 1) -> str:
@@ -87,16 +104,20 @@ def results_page(
     thumb_px: int = DEFAULT_MAX_PX,
     with_agree: bool = False,
     command: str = "",
+    allow_outside_images: bool = False,
+    confine_searched: bool = False,
 ) -> Page:
     """One section per results file (summary, score histogram, sample table); with ``with_agree``
     and two or more files, the judges' agreement first. Raises
-    :class:`~capjudge.report.records.ReportInputError` for a missing or unusable file."""
+    :class:`~capjudge.report.records.ReportInputError` for a missing or unusable file. Thumbnails
+    come only from inside ``images`` (or, with ``confine_searched``, the folders searched) unless
+    ``allow_outside_images`` (:func:`thumb_cache`)."""
     if names is not None and len(names) != len(paths):
         from capjudge.report.records import ReportInputError
 
         raise ReportInputError(f"{len(names)} names for {len(paths)} results files")
     files = [load_results_file(p) for p in paths]
-    thumbs = thumb_cache(images, paths, thumb_px)
+    thumbs = thumb_cache(images, paths, thumb_px, allow_outside=allow_outside_images, confine_searched=confine_searched)
     labels = list(names) if names else [Path(p).name for p in paths]
     page = Page(title=title or ("capjudge report: " + ", ".join(labels)), thumbs=thumbs, command=command)
     page.facts = [("results files", str(len(files))), ("records", str(sum(len(f.records) for f in files)))]

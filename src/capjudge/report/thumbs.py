@@ -5,6 +5,10 @@ fetched) and downscaled with Pillow to a JPEG of at most ``max_px`` on the longe
 report of many samples stays a few KB per image. Whatever goes wrong (a missing file, a corrupt
 one, a remote URL) becomes a :class:`Thumb` with no URI and the reason, never an exception: one
 bad image must not cost the whole report.
+
+A report made of someone else's results file must not carry pictures from elsewhere on this
+machine: with ``allowed`` folders, a file that lies outside all of them (``../``, an absolute path,
+a symlink pointing out) is not embedded, and its row says why.
 """
 
 from __future__ import annotations
@@ -62,9 +66,25 @@ def _encode(data: bytes, label: str, max_px: int) -> Thumb:
     return Thumb(label, uri="data:image/jpeg;base64," + base64.b64encode(buf.getvalue()).decode("ascii"))
 
 
-def make_thumb(image: str | None, roots: list[Path], max_px: int = DEFAULT_MAX_PX) -> Thumb:
+def _inside_any(path: Path, folders: list[Path]) -> bool:
+    """Whether ``path`` (symlinks followed) lies inside one of ``folders``."""
+    try:
+        real = path.resolve()
+    except (OSError, RuntimeError):
+        return False
+    for folder in folders:
+        try:
+            real.relative_to(folder.resolve())
+        except (ValueError, OSError, RuntimeError):
+            continue
+        return True
+    return False
+
+
+def make_thumb(image: str | None, roots: list[Path], max_px: int = DEFAULT_MAX_PX, allowed: list[Path] | None = None) -> Thumb:
     """The thumbnail of a results record's ``image`` (a path, relative ones tried under ``roots``,
-    or a ``data:`` URI); a :class:`Thumb` with ``error`` set when it cannot be made."""
+    or a ``data:`` URI); a :class:`Thumb` with ``error`` set when it cannot be made, or when
+    ``allowed`` folders are given and the file lies outside them."""
     label = str(image or "")
     if not label:
         return Thumb(label, error="the record names no image")
@@ -81,6 +101,9 @@ def make_thumb(image: str | None, roots: list[Path], max_px: int = DEFAULT_MAX_P
     if path is None:
         where = ", ".join(str(r) for r in roots) or "the current folder"
         return Thumb(label, error=f"file not found (looked in {where}; give --images DIR)")
+    if allowed is not None and not _inside_any(path, allowed):
+        folders = ", ".join(str(f) for f in allowed)
+        return Thumb(label, error=f"not embedded: the file is outside the image folder ({folders}); give --allow-outside-images to embed it")
     try:
         data = path.read_bytes()
     except OSError as exc:
@@ -92,16 +115,17 @@ class ThumbCache:
     """Thumbnails by image reference, made once each (several captions share an image). Each
     distinct image gets a short CSS class name, so that the page embeds its data once."""
 
-    def __init__(self, roots: list[Path], max_px: int = DEFAULT_MAX_PX) -> None:
+    def __init__(self, roots: list[Path], max_px: int = DEFAULT_MAX_PX, allowed: list[Path] | None = None) -> None:
         self.roots = roots
         self.max_px = max_px
+        self.allowed = allowed  # None: any file found is embedded
         self._thumbs: dict[str, tuple[str, Thumb]] = {}
 
     def get(self, image: str | None) -> tuple[str, Thumb]:
         """(CSS class, thumbnail) of ``image``; with ``max_px`` 0 no thumbnail is made."""
         key = str(image or "")
         if key not in self._thumbs:
-            thumb = make_thumb(key, self.roots, self.max_px) if self.max_px > 0 else Thumb(key, error="thumbnails turned off")
+            thumb = make_thumb(key, self.roots, self.max_px, self.allowed) if self.max_px > 0 else Thumb(key, error="thumbnails turned off")
             self._thumbs[key] = (f"t{len(self._thumbs)}", thumb)
         return self._thumbs[key]
 
