@@ -12,6 +12,7 @@ error, found before any backend is built (paths, columns, backend spec and optio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -126,10 +127,13 @@ def _preflight(
     inputs: Sequence[tuple[str | None, Sequence[str]]] = (),
     out: str | None = None,
     reports: Sequence[tuple[str, str | None]] = (),
+    out_kind: str | None = None,
 ) -> None:
     """Everything that can be checked before the backend is built (a 13B model loads for minutes):
     each input file and its ``columns``, ``--images``, ``out`` and the ``reports`` (``(flag,
-    path)``: writable, none of them an input), the backend spec and its options, ``--prices``.
+    path)``: writable, none of them an input, ``--template-file`` and ``--prices`` included), the
+    backend spec and its options, ``--prices``. An existing ``out`` must be a results file of
+    ``out_kind`` records (``"score"``, ``"pair"``) and an existing ``--html`` a capjudge report.
     Raises a usage error naming the item."""
     from capjudge.preflight import (
         check_backend,
@@ -147,13 +151,26 @@ def _preflight(
     check_images(getattr(args, "images", None))
     if getattr(args, "prices", None):
         check_input(args.prices, "--prices")
-    sources = [path for path, _ in inputs]
+    sources = [path for path, _ in inputs] + [getattr(args, "template_file", None), getattr(args, "prices", None)]
     for flag, path in [("--out", out), *reports]:
         if path is not None:
-            check_output(path, inputs=sources, what=flag)
+            kind = out_kind if flag == "--out" else "html" if flag == "--html" else None
+            check_output(path, inputs=sources, what=flag, kind=kind)
             if flag != "--out" and out is not None and Path(path).resolve() == Path(out).resolve():
                 raise UsageError(f"{flag} {path!r} is the --out results file: write the report elsewhere")
     check_backend(args.backend, _backend_options(args))
+    if out is not None:
+        hold_out_lock(args, out)
+
+
+def hold_out_lock(args: argparse.Namespace, out: str) -> None:
+    """Lock ``out`` against other runs until the command returns (:mod:`capjudge.outlock`; held by
+    :func:`_run`); another run holding it is a usage error naming its pid."""
+    held = getattr(args, "held", None)
+    if held is not None:
+        from capjudge.outlock import out_lock
+
+        held.enter_context(out_lock(out))
 
 
 def _judge_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -359,7 +376,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     method = _method_with_template(args.method, args.template, args.template_file)
     if method.kind == "pairwise":
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
-    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)])
+    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)], out_kind="score")
     batch_commands.check_batch_args(args)
     rows = list(read_samples(args.input))
     if args.limit is not None:
@@ -446,7 +463,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     mode = args.mode if args.mode != "auto" else None
     if mode == "grading" and method.kind != "score":
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
-    _preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out, reports=[("--html", args.html)])
+    _preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out, reports=[("--html", args.html)], out_kind="pair")
     batch_commands.check_batch_args(args)
     rows = list(read_pairs(args.input))
     if args.limit is not None:
@@ -511,7 +528,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if method.kind != "score":
         raise UsageError(f"explain needs a scoring method, not {method.name!r}")
     rows: list[Any]
-    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out)
+    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, out_kind="score")
     if args.input:
         rows = list(read_samples(args.input))
     elif args.image and args.caption:
@@ -790,7 +807,9 @@ def _run(args: argparse.Namespace) -> int:
     from capjudge.prompts.registry import TemplateError, UnknownMethodError
 
     try:
-        return int(args.func(args) or 0)
+        with contextlib.ExitStack() as held:  # what a command holds until it returns: the lock on --out
+            args.held = held
+            return int(args.func(args) or 0)
     except (UsageError, PreflightError, UnknownMethodError, UnknownBackendError, InputFormatError, TemplateError, FileNotFoundError) as exc:
         _error("error", exc)
         return EXIT_USAGE

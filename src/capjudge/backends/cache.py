@@ -11,6 +11,10 @@ deployment, model, API version, settings such as image ``detail``; never secrets
 fingerprint (rendered prompt, which fixes the caption order of a pair, image content hashes, every
 generation setting, the sample index). Only deterministic requests (temperature 0) are cached,
 unless the request carries a ``sample_index``; errors are never cached.
+
+Entries are JSON data (:mod:`capjudge.backends.datadisk`), never pickles: an entry that is not
+(an older capjudge's pickled entry, or one planted in the folder) is a miss, logged, and its
+request is asked again; it is never loaded.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures
 import contextlib
+import logging
 import os
 import threading
 import time
@@ -29,7 +34,8 @@ from typing import Any
 from capjudge.backends.base import Backend, Completion, DelegatingBackend, PromptTokens, Request
 from capjudge.redact import scrub_data
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: JSON data (1: pickled by diskcache; such entries miss once)
+_log = logging.getLogger(__name__)
 _WRITE_BATCH = 256  # most answers stored in one transaction
 
 
@@ -55,22 +61,32 @@ class ResponseCache:
     """Completions on disk, keyed by :meth:`Backend.cache_key`. Safe for several processes."""
 
     def __init__(self, directory: str | Path | None = None) -> None:
-        import diskcache
+        from capjudge.backends.datadisk import open_data_cache
 
         self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir()
         self.directory.mkdir(parents=True, exist_ok=True)
         # A generous SQLite timeout: several processes may write at once. Nothing is ever evicted
         # (no expiry, a 1 TiB size limit), so culling is off: it cost two queries per write.
-        self._cache = diskcache.Cache(str(self.directory), timeout=60, size_limit=2**40, cull_limit=0)
+        self._cache = open_data_cache(self.directory, timeout=60, size_limit=2**40, cull_limit=0)
         self._lock = threading.Lock()
+        self.unsafe = 0  # entries not stored as data (pickled): never loaded, counted as misses
         self.hits = 0
         self.misses = 0
         self.writes = 0
 
     def get(self, key: str) -> Completion | None:
         """The cached completion for ``key`` (marked ``cached=True``), or ``None``."""
+        from capjudge.backends.datadisk import UnsafeEntry
+
         try:
             entry = self._cache.get(key, default=None, retry=True)
+        except UnsafeEntry as exc:
+            entry = None
+            with self._lock:
+                self.unsafe += 1
+                first = self.unsafe == 1
+            # Once at warning level (an old cache has many such entries), then at debug level.
+            _log.log(logging.WARNING if first else logging.DEBUG, "cache %s: an entry was not read (%s); it is asked again and replaced", self.directory, exc)
         except Exception:  # noqa: BLE001 - a broken entry is a miss, never a crash
             entry = None
         completion = None
