@@ -154,11 +154,15 @@ def _preflight(
     sources = [path for path, _ in inputs] + [getattr(args, "template_file", None), getattr(args, "prices", None)]
     for flag, path in [("--out", out), *reports]:
         if path is not None:
-            kind = out_kind if flag == "--out" else "html" if flag == "--html" else None
-            check_output(path, inputs=sources, what=flag, kind=kind)
+            check_output(path, inputs=sources, what=flag)
             if flag != "--out" and out is not None and Path(path).resolve() == Path(out).resolve():
                 raise UsageError(f"{flag} {path!r} is the --out results file: write the report elsewhere")
     check_backend(args.backend, _backend_options(args))
+    # Last, so that a mistake in the options is named first: what an existing output holds.
+    for flag, path in [("--out", out), *reports]:
+        kind = out_kind if flag == "--out" else "html" if flag == "--html" else None
+        if path is not None and kind is not None:
+            check_output(path, what=flag, kind=kind)
     if out is not None:
         hold_out_lock(args, out)
 
