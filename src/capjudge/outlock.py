@@ -14,11 +14,16 @@ On systems without :mod:`fcntl` (Windows) runs are not locked.
 from __future__ import annotations
 
 import contextlib
+import errno
+import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
 from capjudge.preflight import PreflightError
+
+_log = logging.getLogger(__name__)
+_NO_LOCKS = {errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL}
 
 
 class OutLocked(PreflightError):
@@ -53,7 +58,10 @@ def out_lock(out: str | Path, what: str = "--out") -> Iterator[Path]:
     path = lock_path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as exc:
+            raise PreflightError(f"{what} {str(out)!r}: its lock file {str(path)!r} cannot be opened: {exc.strerror or exc}") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -62,6 +70,14 @@ def out_lock(out: str | Path, what: str = "--out") -> Iterator[Path]:
                 f"{what} {str(out)!r} is in use by another capjudge run (pid {_holder(path)}; lock file {str(path)!r}): "
                 "wait for it to finish, or write to another --out"
             ) from None
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno not in _NO_LOCKS:
+                raise
+            # A file system without locks (some network mounts): run, unlocked, and say so.
+            _log.warning("%s %s cannot be locked (%s): make sure no other run writes to it meanwhile", what, out, exc.strerror or exc)
+            fd = -1
+            break
         except BaseException:
             os.close(fd)
             raise
@@ -75,6 +91,11 @@ def out_lock(out: str | Path, what: str = "--out") -> Iterator[Path]:
         if same:
             break
         os.close(fd)
+    if fd < 0:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        yield path
+        return
     try:
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
