@@ -290,7 +290,8 @@ def test_cache_entries_are_json_and_value_files_outside_the_folder_are_not_read(
     from capjudge.backends.cache import ResponseCache
 
     cache = ResponseCache(tmp_path / "c")
-    answer = Completion(text="0.8", steps=[TokenStep("0", -0.1, (("0", -0.1), ("1", -2.5)))], logprobs=True, model="m", usage=Usage(5, 2), finish_reason="stop", meta={"x": [1, 2]})
+    steps = [TokenStep("0", -0.1, (("0", -0.1), ("1", -2.5))), TokenStep(".", float("-inf"), ((".", float("-inf")),), tuple(i / 10 for i in range(10)))]
+    answer = Completion(text="0.8", steps=steps, logprobs=True, model="m", usage=Usage(5, 2), finish_reason="stop", meta={"x": [1, 2]})
     cache.set("k", answer)
     cache.set("big", Completion(text="y" * 100_000, model="m"))  # large: a value file
     got = cache.get("k")

@@ -20,10 +20,12 @@ request is asked again; it is never loaded.
 from __future__ import annotations
 
 import argparse
+import base64
 import concurrent.futures
 import contextlib
 import logging
 import os
+import struct
 import threading
 import time
 from collections import deque
@@ -55,6 +57,45 @@ def bypass_cache(backend: Any) -> contextlib.AbstractContextManager[Any]:
 def cacheable(request: Request) -> bool:
     """Whether a request's answer may be cached: greedy, or a numbered sample."""
     return request.config.deterministic or request.sample_index is not None
+
+
+def _pack(values: Sequence[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(values)}d", *values)).decode("ascii")
+
+
+def _unpack(text: str) -> list[float]:
+    raw = base64.b64decode(text, validate=True)
+    if len(raw) % 8:
+        raise ValueError("packed floats: length is not a multiple of 8")
+    return list(struct.unpack(f"<{len(raw) // 8}d", raw))
+
+
+def _packed(completion: dict[str, Any]) -> dict[str, Any]:
+    """``Completion.to_dict()`` with each step's top log-probabilities and digit probabilities
+    packed as base64 little-endian doubles: as JSON text, the 80 floats of one FLEUR answer cost
+    several times what the rest of the entry costs to write and read."""
+    steps = []
+    for step in completion.get("steps") or ():
+        top = step.get("top") or ()
+        packed: dict[str, Any] = {"token": step["token"], "logprob": step.get("logprob"), "top_tokens": [t for t, _ in top], "top_logprobs": _pack([lp for _, lp in top])}
+        if step.get("digits") is not None:
+            packed["digits"] = _pack(step["digits"])
+        steps.append(packed)
+    return {**completion, "steps": steps}
+
+
+def _unpacked(completion: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`_packed` (raises ``KeyError``, ``TypeError`` or ``ValueError`` on a
+    malformed entry: a miss)."""
+    steps = []
+    for step in completion.get("steps") or ():
+        tokens = step["top_tokens"]
+        logprobs = _unpack(step["top_logprobs"])
+        if len(tokens) != len(logprobs):
+            raise ValueError("packed steps: tokens and log-probabilities differ in number")
+        digits = step.get("digits")
+        steps.append({"token": step["token"], "logprob": step.get("logprob"), "top": list(zip(tokens, logprobs, strict=True)), "digits": _unpack(digits) if digits is not None else None})
+    return {**completion, "steps": steps}
 
 
 class ResponseCache:
@@ -92,9 +133,9 @@ class ResponseCache:
         completion = None
         if isinstance(entry, dict) and entry.get("v") == FORMAT_VERSION:
             try:
-                completion = Completion.from_dict(entry["completion"])
+                completion = Completion.from_dict(_unpacked(entry["completion"]))
                 completion.cached = True
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, struct.error):
                 completion = None
         with self._lock:
             if completion is None:
@@ -136,7 +177,7 @@ class ResponseCache:
     @staticmethod
     def _entry(completion: Completion, meta: dict[str, Any]) -> dict[str, Any]:
         # Scrubbed: an answer's metadata can quote a server message that echoed the API key.
-        return {"v": FORMAT_VERSION, "completion": scrub_data(completion.to_dict()), "created": time.time(), "meta": meta}
+        return {"v": FORMAT_VERSION, "completion": _packed(scrub_data(completion.to_dict())), "created": time.time(), "meta": meta}
 
     def __contains__(self, key: str) -> bool:
         return key in self._cache
