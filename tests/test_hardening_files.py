@@ -330,3 +330,21 @@ def test_batch_run_store_never_unpickles(tmp_path: Path) -> None:
     assert store.count_answers() == 1  # "a:k1"; listing the keys unpickles none (the pickled key is skipped)
     store.close()
     assert not marker.exists()
+
+
+def test_explain_and_arena_out_that_is_not_their_results_is_refused(tmp_path: Path, capsys) -> None:
+    notes = tmp_path / "notes.txt"
+    notes.write_text("keep me\n")
+    rc = main(["explain", "--backend", "scripted:0.6", "--images", str(IMAGES), "--input", str(CAPTIONS), "--out", str(notes), "--no-cache", "--json"])
+    assert rc == 2 and "is not a capjudge results file of scores" in capsys.readouterr().err
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    rows = [json.loads(line) for line in CAPTIONS.read_text().splitlines() if line.strip()][:2]
+    a.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    b.write_text("".join(json.dumps({**r, "caption": r["caption"] + " indeed"}) + "\n" for r in rows))
+    scores = tmp_path / "scores.jsonl"
+    assert main(score(scores, "--no-cache")) == 0
+    for out in (notes, scores):
+        before = out.read_text()
+        rc = main(["arena", "--models", f"a={a}", f"b={b}", "--round-robin", "--backend", "scripted:Answer 1", "--images", str(IMAGES), "--out", str(out), "--no-cache", "--quiet", "--overwrite"])
+        assert rc == 2 and "is not a capjudge results file of pair verdicts" in capsys.readouterr().err
+        assert out.read_text() == before
