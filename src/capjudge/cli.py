@@ -32,7 +32,8 @@ EXIT_CODES_HELP = """exit codes (score, compare, explain, run-benchmark):
        answer with no score) are error records in the results file
   1    the backend could not start (model not loadable, missing credentials)
   2    usage error (unknown method or backend, bad option, missing input or image
-       folder, missing columns, unwritable --out): found before any model loads
+       folder, missing columns, unwritable --out, an --out that is not a results
+       file of the command or that another run holds): found before any model loads
   3    samples failed for backend reasons (server gone, retries exhausted, budget
        spent): their records say why; re-run the same command to resume
   4    --batch: batches submitted or still in progress; run the same command
