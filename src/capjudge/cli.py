@@ -12,6 +12,7 @@ error, found before any backend is built (paths, columns, backend spec and optio
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import sys
 import time
@@ -32,7 +33,8 @@ EXIT_CODES_HELP = """exit codes (score, compare, explain, run-benchmark):
   1    the backend could not start (model not loadable, missing credentials)
   2    usage error (unknown method or backend, bad option, missing input or image
        folder, missing columns, an input with no rows or an id twice,
-       unwritable --out): found before any model loads
+       unwritable --out, an --out that is not a results file of the command
+       or that another run holds): found before any model loads
   3    samples failed for backend reasons (server gone, retries exhausted, budget
        spent): their records say why; re-run the same command to resume
   4    --batch: batches submitted or still in progress; run the same command
@@ -127,10 +129,13 @@ def _preflight(
     inputs: Sequence[tuple[str | None, Sequence[str]]] = (),
     out: str | None = None,
     reports: Sequence[tuple[str, str | None]] = (),
+    out_kind: str | None = None,
 ) -> None:
     """Everything that can be checked before the backend is built (a 13B model loads for minutes):
     each input file and its ``columns``, ``--images``, ``out`` and the ``reports`` (``(flag,
-    path)``: writable, none of them an input), the backend spec and its options, ``--prices``.
+    path)``: writable, none of them an input, ``--template-file`` and ``--prices`` included), the
+    backend spec and its options, ``--prices``. An existing ``out`` must be a results file of
+    ``out_kind`` records (``"score"``, ``"pair"``) and an existing ``--html`` a capjudge report.
     Raises a usage error naming the item."""
     from capjudge.preflight import (
         check_backend,
@@ -148,13 +153,30 @@ def _preflight(
     check_images(getattr(args, "images", None))
     if getattr(args, "prices", None):
         check_input(args.prices, "--prices")
-    sources = [path for path, _ in inputs]
+    sources = [path for path, _ in inputs] + [getattr(args, "template_file", None), getattr(args, "prices", None)]
     for flag, path in [("--out", out), *reports]:
         if path is not None:
             check_output(path, inputs=sources, what=flag)
             if flag != "--out" and out is not None and Path(path).resolve() == Path(out).resolve():
                 raise UsageError(f"{flag} {path!r} is the --out results file: write the report elsewhere")
     check_backend(args.backend, _backend_options(args))
+    # Last, so that a mistake in the options is named first: what an existing output holds.
+    for flag, path in [("--out", out), *reports]:
+        kind = out_kind if flag == "--out" else "html" if flag == "--html" else None
+        if path is not None and kind is not None:
+            check_output(path, what=flag, kind=kind)
+    if out is not None:
+        hold_out_lock(args, out)
+
+
+def hold_out_lock(args: argparse.Namespace, out: str) -> None:
+    """Lock ``out`` against other runs until the command returns (:mod:`capjudge.outlock`; held by
+    :func:`_run`); another run holding it is a usage error naming its pid."""
+    held = getattr(args, "held", None)
+    if held is not None:
+        from capjudge.outlock import out_lock
+
+        held.enter_context(out_lock(out))
 
 
 def _judge_kwargs(args: argparse.Namespace) -> dict[str, Any]:
@@ -411,7 +433,7 @@ def _cmd_score(args: argparse.Namespace) -> int:
     method = _method_with_template(args.method, args.template, args.template_file)
     if method.kind == "pairwise":
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
-    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)])
+    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)], out_kind="score")
     batch_commands.check_batch_args(args)
     rows = load_items(args.input)  # no rows, or an id twice: exit 2
     if args.limit is not None:
@@ -498,7 +520,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     mode = args.mode if args.mode != "auto" else None
     if mode == "grading" and method.kind != "score":
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
-    _preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out, reports=[("--html", args.html)])
+    _preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out, reports=[("--html", args.html)], out_kind="pair")
     batch_commands.check_batch_args(args)
     rows = load_items(args.input, pairs=True)  # no rows, or an id twice: exit 2
     if args.limit is not None:
@@ -564,7 +586,7 @@ def _cmd_explain(args: argparse.Namespace) -> int:
     if method.kind != "score":
         raise UsageError(f"explain needs a scoring method, not {method.name!r}")
     rows: list[Any]
-    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out)
+    _preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, out_kind="score")
     if args.input:
         rows = load_items(args.input, unique_ids=False)  # no rows: exit 2
     elif args.image and args.caption:
@@ -843,7 +865,9 @@ def _run(args: argparse.Namespace) -> int:
     from capjudge.prompts.registry import TemplateError, UnknownMethodError
 
     try:
-        return int(args.func(args) or 0)
+        with contextlib.ExitStack() as held:  # what a command holds until it returns: the lock on --out
+            args.held = held
+            return int(args.func(args) or 0)
     except (UsageError, PreflightError, UnknownMethodError, UnknownBackendError, InputFormatError, TemplateError, FileNotFoundError) as exc:
         _error("error", exc)
         return EXIT_USAGE

@@ -66,15 +66,40 @@ def _references(value: Any) -> list[str]:
     return [text_value(value, "references")]  # raises: not text, not a list
 
 
+def current_umask() -> int:
+    """The process's umask (read without changing it where the system shows it)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)  # elsewhere: set and restore (not thread-safe, but brief)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(path: Path) -> int:
+    """The permission bits a new version of ``path`` gets: the old file's, else 0666 less the umask."""
+    try:
+        return path.stat().st_mode & 0o777
+    except OSError:
+        return 0o666 & ~current_umask()
+
+
 def write_atomically(path: Path, write: Callable[[IO[str]], None]) -> None:
     """Replace the text file ``path`` with what ``write(fh)`` writes, atomically.
 
     The text goes to a temporary file in ``path``'s folder, is synced to disk and renamed over
-    ``path``: a reader (or a crash) sees the old file or the new one, never a part. On any error the
+    ``path``: a reader (or a crash) sees the old file or the new one, never a part. The new file
+    keeps the old one's permissions, or follows the umask as a file made by ``open`` does. On any error the
     temporary file is removed and ``path`` is left as it was.
     """
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        # mkstemp makes the file 0600: give it the mode the file had, or the umask's (as open() would).
+        os.fchmod(fd, _mode_for(path))
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             write(fh)
             fh.flush()

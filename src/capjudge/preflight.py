@@ -49,11 +49,13 @@ def _same_file(a: Path, b: Path) -> bool:
     return a.resolve() == b.resolve()
 
 
-def check_output(path: str | Path, *, inputs: Iterable[str | Path | None] = (), what: str = "--out") -> None:
+def check_output(path: str | Path, *, inputs: Iterable[str | Path | None] = (), what: str = "--out", kind: str | None = None) -> None:
     """The results file can be written, and is none of ``inputs`` (which it would overwrite).
 
     The nearest existing folder on the way to the file must be a writable folder (the missing ones
-    are created when the run starts); an existing file must be a writable regular file.
+    are created when the run starts); an existing file must be a writable regular file. With
+    ``kind`` (a key of :data:`capjudge.outguard.KINDS`), an existing file must also be one capjudge
+    wrote for that kind of output, or empty (:func:`capjudge.outguard.replace_refusal`).
     """
     p = Path(path)
     for src in inputs:
@@ -64,6 +66,13 @@ def check_output(path: str | Path, *, inputs: Iterable[str | Path | None] = (), 
             raise PreflightError(f"{what} {str(p)!r} is a folder, not a file")
         if not os.access(p, os.W_OK):
             raise PreflightError(f"{what} {str(p)!r} cannot be written (permission denied)")
+        if kind is not None:
+            from capjudge.outguard import KINDS, replace_refusal
+
+            why = replace_refusal(p, kind)
+            if why is not None:
+                hint = "" if kind == "html" else " (--overwrite only starts over a capjudge results file)"
+                raise PreflightError(f"{what} {str(p)!r} exists and is not {KINDS[kind]} ({why}): the run would replace it. Choose another path, or delete the file first if it may go{hint}")
     folder = p.parent
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent

@@ -89,7 +89,7 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
         for name, path in specs:
             check_input(path, f"--models {name}: file")
         inputs = [(path, ("image", "caption")) for _, path in specs] if specs else [(args.input, ("model", "image", "caption"))]
-        _preflight(args, inputs=inputs, out=args.out, reports=[("--html", args.html)])
+        _preflight(args, inputs=inputs, out=args.out, reports=[("--html", args.html)], out_kind="pair")
         inp = load_model_files(specs) if specs else load_model_column(args.input)
         plan_battles(inp, baseline=args.baseline, round_robin=args.round_robin, budget=args.budget, seed=args.seed)
     except ArenaInputError as exc:

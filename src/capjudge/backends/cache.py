@@ -11,14 +11,21 @@ deployment, model, API version, settings such as image ``detail``; never secrets
 fingerprint (rendered prompt, which fixes the caption order of a pair, image content hashes, every
 generation setting, the sample index). Only deterministic requests (temperature 0) are cached,
 unless the request carries a ``sample_index``; errors are never cached.
+
+Entries are JSON data (:mod:`capjudge.backends.datadisk`), never pickles: an entry that is not
+(an older capjudge's pickled entry, or one planted in the folder) is a miss, logged, and its
+request is asked again; it is never loaded.
 """
 
 from __future__ import annotations
 
 import argparse
+import base64
 import concurrent.futures
 import contextlib
+import logging
 import os
+import struct
 import threading
 import time
 from collections import deque
@@ -29,7 +36,8 @@ from typing import Any
 from capjudge.backends.base import Backend, Completion, DelegatingBackend, PromptTokens, Request
 from capjudge.redact import scrub_data
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: JSON data (1: pickled by diskcache; such entries miss once)
+_log = logging.getLogger(__name__)
 _WRITE_BATCH = 256  # most answers stored in one transaction
 
 
@@ -51,34 +59,83 @@ def cacheable(request: Request) -> bool:
     return request.config.deterministic or request.sample_index is not None
 
 
+def _pack(values: Sequence[float]) -> str:
+    return base64.b64encode(struct.pack(f"<{len(values)}d", *values)).decode("ascii")
+
+
+def _unpack(text: str) -> list[float]:
+    raw = base64.b64decode(text, validate=True)
+    if len(raw) % 8:
+        raise ValueError("packed floats: length is not a multiple of 8")
+    return list(struct.unpack(f"<{len(raw) // 8}d", raw))
+
+
+def _packed(completion: dict[str, Any]) -> dict[str, Any]:
+    """``Completion.to_dict()`` with each step's top log-probabilities and digit probabilities
+    packed as base64 little-endian doubles: as JSON text, the 80 floats of one FLEUR answer cost
+    several times what the rest of the entry costs to write and read."""
+    steps = []
+    for step in completion.get("steps") or ():
+        top = step.get("top") or ()
+        packed: dict[str, Any] = {"token": step["token"], "logprob": step.get("logprob"), "top_tokens": [t for t, _ in top], "top_logprobs": _pack([lp for _, lp in top])}
+        if step.get("digits") is not None:
+            packed["digits"] = _pack(step["digits"])
+        steps.append(packed)
+    return {**completion, "steps": steps}
+
+
+def _unpacked(completion: dict[str, Any]) -> dict[str, Any]:
+    """The inverse of :func:`_packed` (raises ``KeyError``, ``TypeError`` or ``ValueError`` on a
+    malformed entry: a miss)."""
+    steps = []
+    for step in completion.get("steps") or ():
+        tokens = step["top_tokens"]
+        logprobs = _unpack(step["top_logprobs"])
+        if len(tokens) != len(logprobs):
+            raise ValueError("packed steps: tokens and log-probabilities differ in number")
+        digits = step.get("digits")
+        steps.append({"token": step["token"], "logprob": step.get("logprob"), "top": list(zip(tokens, logprobs, strict=True)), "digits": _unpack(digits) if digits is not None else None})
+    return {**completion, "steps": steps}
+
+
 class ResponseCache:
     """Completions on disk, keyed by :meth:`Backend.cache_key`. Safe for several processes."""
 
     def __init__(self, directory: str | Path | None = None) -> None:
-        import diskcache
+        from capjudge.backends.datadisk import open_data_cache
 
         self.directory = Path(directory).expanduser() if directory is not None else default_cache_dir()
         self.directory.mkdir(parents=True, exist_ok=True)
         # A generous SQLite timeout: several processes may write at once. Nothing is ever evicted
         # (no expiry, a 1 TiB size limit), so culling is off: it cost two queries per write.
-        self._cache = diskcache.Cache(str(self.directory), timeout=60, size_limit=2**40, cull_limit=0)
+        self._cache = open_data_cache(self.directory, timeout=60, size_limit=2**40, cull_limit=0)
         self._lock = threading.Lock()
+        self.unsafe = 0  # entries not stored as data (pickled): never loaded, counted as misses
         self.hits = 0
         self.misses = 0
         self.writes = 0
 
     def get(self, key: str) -> Completion | None:
         """The cached completion for ``key`` (marked ``cached=True``), or ``None``."""
+        from capjudge.backends.datadisk import UnsafeEntry
+
         try:
             entry = self._cache.get(key, default=None, retry=True)
+        except UnsafeEntry as exc:
+            entry = None
+            with self._lock:
+                self.unsafe += 1
+                first = self.unsafe == 1
+            # Once at warning level (an old cache has many such entries), then at debug level.
+            _log.log(logging.WARNING if first else logging.DEBUG, "cache %s: an entry was not read (%s); it is asked again and replaced", self.directory, exc)
         except Exception:  # noqa: BLE001 - a broken entry is a miss, never a crash
             entry = None
         completion = None
         if isinstance(entry, dict) and entry.get("v") == FORMAT_VERSION:
             try:
-                completion = Completion.from_dict(entry["completion"])
+                completion = Completion.from_dict(_unpacked(entry["completion"]))
                 completion.cached = True
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, struct.error):
                 completion = None
         with self._lock:
             if completion is None:
@@ -120,7 +177,7 @@ class ResponseCache:
     @staticmethod
     def _entry(completion: Completion, meta: dict[str, Any]) -> dict[str, Any]:
         # Scrubbed: an answer's metadata can quote a server message that echoed the API key.
-        return {"v": FORMAT_VERSION, "completion": scrub_data(completion.to_dict()), "created": time.time(), "meta": meta}
+        return {"v": FORMAT_VERSION, "completion": _packed(scrub_data(completion.to_dict())), "created": time.time(), "meta": meta}
 
     def __contains__(self, key: str) -> bool:
         return key in self._cache

@@ -201,10 +201,13 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     from capjudge.prompts.registry import UnknownMethodError, get_method
 
     try:  # everything that can be checked before the model loads (minutes for a 13B model)
-        check_output(args.out, inputs=[args.human])
+        kind = get_method(args.method).kind
+        check_output(args.out, inputs=[args.human], kind="pair" if kind == "pairwise" else "score")
         _check_html(args, [args.human, args.out])
         check_backend(args.backend, {})
-        kind = get_method(args.method).kind
+        from capjudge.cli import hold_out_lock
+
+        hold_out_lock(args, args.out)
     except (PreflightError, UnknownMethodError) as exc:
         return _err(str(exc))
     if kind == "pairwise" and bench.kind != "pairs":

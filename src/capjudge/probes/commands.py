@@ -117,7 +117,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     kinds = _kinds(args.kinds)
     method = _method_with_template(args.method, args.template, args.template_file)
     other = get_method(args.compare_method) if args.compare_method else None
-    _preflight(args, inputs=[(args.captions, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot), ("--html", args.html)])
+    _preflight(args, inputs=[(args.captions, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot), ("--html", args.html)], out_kind="score")
     samples, bad = _read_captions(args.captions, args.limit)
     if not samples:
         raise UsageError(f"{args.captions}: no usable caption rows")

@@ -31,13 +31,13 @@ def command_line() -> str:
 
 
 def check_html(path: str | None, inputs: Sequence[str | None] = ()) -> None:
-    """Before a run: the report file can be written and is none of the inputs (raises
-    :class:`~capjudge.preflight.PreflightError`)."""
+    """Before a run: the report file can be written, is none of the inputs and, if it exists, is a
+    report capjudge wrote (raises :class:`~capjudge.preflight.PreflightError`)."""
     if path is None:
         return
     from capjudge.preflight import check_output
 
-    check_output(path, inputs=inputs, what="--html")
+    check_output(path, inputs=inputs, what="--html", kind="html")
 
 
 def emit(path: str | None, build: Callable[[], Any], *, quiet: bool = False) -> None:

@@ -54,20 +54,29 @@ class RunStore:
     """Answers, line errors and attempts of one batch run (safe with several processes)."""
 
     def __init__(self, directory: Path) -> None:
-        import diskcache
+        from capjudge.backends.datadisk import open_data_cache
 
         directory.mkdir(parents=True, exist_ok=True)
         self.directory = directory
-        self._db = diskcache.Cache(str(directory), timeout=60, size_limit=2**40, cull_limit=0)
+        # JSON data, never pickles (backends.datadisk): an entry planted in the folder is not run.
+        self._db = open_data_cache(directory, timeout=60, size_limit=2**40, cull_limit=0)
+
+    def _get(self, key: str, default: Any = None) -> Any:
+        from capjudge.backends.datadisk import UnsafeEntry
+
+        try:
+            return self._db.get(key, default=default, retry=True)
+        except UnsafeEntry:  # not JSON data (planted, or an older capjudge's pickle): never loaded
+            return default
 
     def answer(self, key: str) -> Completion | None:
         """The answer stored for ``key`` (``cached=False``: this run asked for it)."""
-        entry = self._db.get("a:" + key, default=None, retry=True)
+        entry = self._get("a:" + key)
         return Completion.from_dict(entry) if isinstance(entry, dict) else None
 
     def error(self, key: str) -> BackendError | None:
         """The error a line ended with, as the exception an online request would have raised."""
-        entry = self._db.get("e:" + key, default=None, retry=True)
+        entry = self._get("e:" + key)
         return self.error_from(entry) if isinstance(entry, dict) else None
 
     @staticmethod
@@ -84,11 +93,11 @@ class RunStore:
 
     def online(self, key: str) -> bool:
         """Whether the line goes online instead of into another batch."""
-        return bool(self._db.get("o:" + key, default=False, retry=True))
+        return bool(self._get("o:" + key, False))
 
     def tried(self, key: str) -> list[str]:
         """The jobs the line expired or failed in."""
-        value = self._db.get("t:" + key, default=None, retry=True)
+        value = self._get("t:" + key)
         return [str(v) for v in value] if isinstance(value, list) else []
 
     def tries(self, key: str) -> int:
@@ -106,7 +115,7 @@ class RunStore:
             for key in online:
                 self._db.set("o:" + key, True, retry=True)
             for key, job in tries:
-                seen = self._db.get("t:" + key, default=None, retry=True)
+                seen = self._get("t:" + key)
                 seen = list(seen) if isinstance(seen, list) else []
                 if job not in seen:
                     self._db.set("t:" + key, [*seen, job], retry=True)
