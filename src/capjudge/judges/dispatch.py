@@ -28,6 +28,7 @@ from typing import TypeVar
 
 from capjudge.backends.base import Backend, Completion, Request
 from capjudge.backends.lazy import BackendLoadError
+from capjudge.backends.logprobs import checked
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +57,9 @@ def generate_all(backend: Backend, requests: Sequence[Request]) -> list[Answer]:
 
 
 def _run_callback(callback: Callback, answer: Answer) -> None:
+    # Every answer of every backend (and of the response cache) passes here: one whose token
+    # log-probabilities are not log-probabilities becomes that request's error, never a score.
+    answer = checked(answer)
     try:
         callback(answer)
     except Exception:  # a bug in one sample's handling must not stop the others
