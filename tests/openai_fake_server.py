@@ -628,7 +628,7 @@ class TricklingServer:
                 while b"\r\n\r\n" not in data and not self._stop.is_set():
                     try:
                         chunk = conn.recv(65536)
-                    except socket.timeout:
+                    except TimeoutError:
                         continue
                     if not chunk:
                         return

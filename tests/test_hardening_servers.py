@@ -18,7 +18,14 @@ from typing import Any
 
 import pytest
 
-from capjudge.backends.base import BackendError, Completion, GenerationConfig, Message, Request, TokenStep
+from capjudge.backends.base import (
+    BackendError,
+    Completion,
+    GenerationConfig,
+    Message,
+    Request,
+    TokenStep,
+)
 from capjudge.backends.registry import load_backend
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main

@@ -12,6 +12,9 @@ are sent:
   starts a new one as soon as one finishes (API backends, ``capabilities.concurrency > 0``): a slow
   request holds one slot, never a whole batch.
 
+Every answer is checked on its way to its callback (:func:`capjudge.backends.logprobs.checked`):
+one whose token log-probabilities are not log-probabilities arrives as that request's error.
+
 :func:`drive` runs a judge's work through an executor and yields results as they are made;
 :func:`in_input_order` turns such a stream of ``(input index, result)`` back into input order.
 """

@@ -52,18 +52,25 @@ from capjudge.backends.openai.retry import (
     MalformedResponseError,
     RetryPolicy,
     describe,
-    within_deadline,
     http_status,
     is_connection_failure,
     is_retryable,
     wait_seconds,
+    within_deadline,
 )
 from capjudge.backends.options import OptionError, as_bool, as_float, as_int, check_known
 from capjudge.backends.registry import BackendSpec
 from capjudge.judges.smoothing import SCORE_PATTERN
 from capjudge.parsing import parse_score
 from capjudge.redact import get_logger, register_secret, scrub
-from capjudge.usage import PriceSource, PriceTable, UsageTracker, estimate_text_tokens, image_tokens, usage_from_report
+from capjudge.usage import (
+    PriceSource,
+    PriceTable,
+    UsageTracker,
+    estimate_text_tokens,
+    image_tokens,
+    usage_from_report,
+)
 
 log = get_logger("capjudge.backends.openai")
 
@@ -115,8 +122,9 @@ class OpenAIBackend(Backend):
       ``OPENAI_API_VERSION``; required), ``api_key`` (else ``AZURE_OPENAI_API_KEY``) or
       ``azure_ad_token_provider`` (Entra ID), ``model_name`` (the model behind the deployment, for
       the capability and price tables).
-    - ``concurrency`` (8), ``timeout`` seconds per call (60), ``max_retries`` (6), ``retry_base_delay``
-      (1 s), ``retry_max_delay`` (60 s).
+    - ``concurrency`` (8), ``timeout`` seconds per attempt as a whole (60: connect, send, wait and
+      read the entire answer; a server trickling its body is cut off there), ``max_retries`` (6),
+      ``retry_base_delay`` (1 s), ``retry_max_delay`` (60 s).
     - ``gone_after`` (5) and ``gone_grace`` (5 s): after that many connection failures in a row,
       over at least that many seconds, with no answer in between, the server is declared gone and
       every remaining request fails at once with :class:`~capjudge.backends.faults.BackendGone`
