@@ -13,6 +13,11 @@ is answered ``batch_delay`` seconds after it was created, line by line by the sa
 ``batch_fault(custom_id, body, batch_number)`` may fail a line with an HTTP status; batches whose
 number (1-based, in creation order) is in ``expire_batches`` expire with half their lines answered.
 ``batch_line_counts`` counts every line the server ran, by ``custom_id``.
+
+Hostile answers: :func:`answering` answers every request with one crafted body (log-probabilities
+that are none, usage that is no token count: :func:`chat_body`'s ``tokens`` and ``usage``);
+:class:`TricklingServer` (:func:`trickling_server`) sends its headers at once and then its body a
+byte at a time.
 """
 
 from __future__ import annotations
