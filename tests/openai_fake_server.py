@@ -13,6 +13,11 @@ is answered ``batch_delay`` seconds after it was created, line by line by the sa
 ``batch_fault(custom_id, body, batch_number)`` may fail a line with an HTTP status; batches whose
 number (1-based, in creation order) is in ``expire_batches`` expire with half their lines answered.
 ``batch_line_counts`` counts every line the server ran, by ``custom_id``.
+
+Hostile answers: :func:`answering` answers every request with one crafted body (log-probabilities
+that are none, usage that is no token count: :func:`chat_body`'s ``tokens`` and ``usage``);
+:class:`TricklingServer` (:func:`trickling_server`) sends its headers at once and then its body a
+byte at a time.
 """
 
 from __future__ import annotations
@@ -89,8 +94,11 @@ def chat_body(
     completion_tokens: int | None = None,
     finish_reason: str = "stop",
     n: int = 1,
+    usage: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """A chat-completions response body; ``tokens`` fills ``choices[0].logprobs.content``."""
+    """A chat-completions response body; ``tokens`` fills ``choices[0].logprobs.content`` (any
+    values, to craft log-probabilities that are none: ``5.0``, ``float("nan")``, ``"abc"``);
+    ``usage`` replaces the usage object (to craft negative or non-numeric counts)."""
     logprobs = None
     if tokens is not None:
         logprobs = {
@@ -123,12 +131,22 @@ def chat_body(
         "model": model,
         "system_fingerprint": "fp_fake",
         "choices": choices,
-        "usage": {
+        "usage": usage if usage is not None else {
             "prompt_tokens": prompt_tokens,
             "completion_tokens": completion_tokens,
             "total_tokens": prompt_tokens + completion_tokens,
         },
     }
+
+
+def answering(text: str, *, tokens: Sequence[TokenSpec] | None = None, **body: Any) -> Callable[[Received], Reply]:
+    """A responder that answers every request with ``chat_body(text, tokens=tokens, **body)``,
+    asked for log-probabilities or not (a hostile server sends what it likes)."""
+
+    def respond(req: Received) -> Reply:
+        return Reply(body=chat_body(text, tokens=tokens, model=str((req.body or {}).get("model") or "fake-model"), **body))
+
+    return respond
 
 
 def error_body(message: str, *, type_: str = "invalid_request_error", code: str | None = None, param: str | None = None) -> dict[str, Any]:
@@ -577,6 +595,90 @@ class FakeOpenAIServer:
 def running_server(**kwargs: Any) -> Iterator[FakeOpenAIServer]:
     """Start a :class:`FakeOpenAIServer` for the ``with`` block and stop it after."""
     server = FakeOpenAIServer(**kwargs).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+class TricklingServer:
+    """A raw HTTP server on 127.0.0.1 that answers every request at once with a ``200`` status line
+    and headers announcing a ``body_size``-byte JSON body, then sends that body one byte every
+    ``interval`` seconds (a hostile or broken server that holds a client with a per-read timeout
+    forever). Every connection gets a thread; :meth:`stop` closes them all. ``connections``
+    counts the requests it started to answer."""
+
+    def __init__(self, *, interval: float = 1.0, body_size: int = 10_000) -> None:
+        self.interval = interval
+        self.body_size = body_size
+        self.connections = 0
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._sock = socket.socket()
+        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(16)
+        self._sock.settimeout(0.1)
+        self._threads: list[threading.Thread] = []
+        self._accepter = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def port(self) -> int:
+        return int(self._sock.getsockname()[1])
+
+    @property
+    def base_url(self) -> str:
+        """The OpenAI-style base URL (``.../v1``)."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> TricklingServer:
+        self._accepter.start()
+        return self
+
+    def _accept(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                continue
+            t = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            self._threads.append(t)
+            t.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        with contextlib.closing(conn):
+            conn.settimeout(0.5)
+            data = b""
+            with contextlib.suppress(OSError):
+                while b"\r\n\r\n" not in data and not self._stop.is_set():
+                    try:
+                        chunk = conn.recv(65536)
+                    except TimeoutError:
+                        continue
+                    if not chunk:
+                        return
+                    data += chunk
+                with self._lock:
+                    self.connections += 1
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " + str(self.body_size).encode() + b"\r\n\r\n")
+                for _ in range(self.body_size):
+                    if self._stop.wait(self.interval):
+                        return
+                    conn.sendall(b" ")
+
+    def stop(self) -> None:
+        """Stop accepting, end every trickle and close the sockets."""
+        self._stop.set()
+        self._accepter.join(timeout=5)
+        for t in self._threads:
+            t.join(timeout=5)
+        self._sock.close()
+
+
+@contextmanager
+def trickling_server(**kwargs: Any) -> Iterator[TricklingServer]:
+    """A :class:`TricklingServer` for the ``with`` block, stopped after."""
+    server = TricklingServer(**kwargs).start()
     try:
         yield server
     finally:

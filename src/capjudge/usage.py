@@ -19,6 +19,40 @@ from pathlib import Path
 from typing import Any, Union
 
 from capjudge.backends.base import BackendError, Usage
+from capjudge.redact import get_logger
+
+log = get_logger(__name__)
+
+_warned_lock = threading.Lock()
+
+
+def token_count(value: Any, name: str, warned: set[str] | None = None) -> int:
+    """A token count a server reported, or 0 when it is none: negative, not a whole number, or
+    not a number at all, said once per field as a warning (``warned`` holds the fields already
+    warned about: one set per run; none given, a fresh one each call). A count is never taken
+    below 0, so no cost is ever negative."""
+    if value is None:
+        return 0
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    if isinstance(value, float) and value.is_integer() and value >= 0:
+        return int(value)
+    seen = warned if warned is not None else set()
+    with _warned_lock:
+        first = name not in seen
+        seen.add(name)
+    if first:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        log.warning("the server reported usage %s=%s, which is not a token count: ignored (counted as 0, so costs may be under-counted; said once)", name, shown)
+    return 0
+
+
+def usage_from_report(report: Mapping[str, Any], *, warned: set[str] | None = None) -> Usage:
+    """The :class:`Usage` of a server's ``usage`` object, each count checked by :func:`token_count`."""
+    return Usage(
+        prompt_tokens=token_count(report.get("prompt_tokens"), "prompt_tokens", warned),
+        completion_tokens=token_count(report.get("completion_tokens"), "completion_tokens", warned),
+    )
 
 
 class BudgetExceeded(BackendError):
@@ -35,8 +69,8 @@ class Price:
     output: float
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
-        """The cost of one call in USD."""
-        return (prompt_tokens * self.input + completion_tokens * self.output) / 1e6
+        """The cost of one call in USD (a negative count, from an old cache entry, counts as 0)."""
+        return (max(0, prompt_tokens) * self.input + max(0, completion_tokens) * self.output) / 1e6
 
 
 PRICES_AS_OF = "2025-08"

@@ -12,6 +12,9 @@ are sent:
   starts a new one as soon as one finishes (API backends, ``capabilities.concurrency > 0``): a slow
   request holds one slot, never a whole batch.
 
+Every answer is checked on its way to its callback (:func:`capjudge.backends.logprobs.checked`):
+one whose token log-probabilities are not log-probabilities arrives as that request's error.
+
 :func:`drive` runs a judge's work through an executor and yields results as they are made;
 :func:`in_input_order` turns such a stream of ``(input index, result)`` back into input order.
 """
@@ -28,6 +31,7 @@ from typing import TypeVar
 
 from capjudge.backends.base import Backend, Completion, Request
 from capjudge.backends.lazy import BackendLoadError
+from capjudge.backends.logprobs import checked
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +60,9 @@ def generate_all(backend: Backend, requests: Sequence[Request]) -> list[Answer]:
 
 
 def _run_callback(callback: Callback, answer: Answer) -> None:
+    # Every answer of every backend (and of the response cache) passes here: one whose token
+    # log-probabilities are not log-probabilities becomes that request's error, never a score.
+    answer = checked(answer)
     try:
         callback(answer)
     except Exception:  # a bug in one sample's handling must not stop the others

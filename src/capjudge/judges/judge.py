@@ -20,6 +20,7 @@ from capjudge.backends.registry import load_backend
 from capjudge.images import DEFAULT_LIMITS, ImageError, ImageLimits, LoadedImage, load_image
 from capjudge.judges import pairwise
 from capjudge.judges.dispatch import generate_all, in_input_order
+from capjudge.judges.invariants import checked_score
 from capjudge.judges.scoring import ScoringRun, cached_note, image_key, sample_id, short
 from capjudge.judges.smoothing import (
     SCORE_PATTERN,
@@ -181,11 +182,22 @@ class Judge:
         return self.backend.spec or f"{self.backend.kind}:{self.backend.model}"
 
     def _result(self, prep: _Prepared, **fields: Any) -> ScoreResult:
+        """Every score record is made here: one that would say ``ok`` without a finite score on
+        the method's scale becomes an error record naming the cause (:mod:`.invariants`)."""
         if self.judge_preset is not None:
             fields["details"] = {**(fields.get("details") or {}), "judge_preset": self.judge_preset}
         resized = prep.image.downscale_details() if prep.image is not None else None
         if resized is not None:
             fields["details"] = {**(fields.get("details") or {}), "image_downscaled": resized}
+        if fields.get("status", "ok") == "ok":
+            given = fields.get("score")
+            score, problem = checked_score(given, self.method.scale, outside_ok=self.method.parser == "first-integer")
+            if problem is not None:
+                raw = fields.get("raw")
+                fields.update(score=None, status="error", error=f"sample {sample_id(prep.sample, prep.index)}: {problem}; not scored (answer {short(raw)!r})")
+            elif score != given:
+                fields["score"] = score  # a rounding overshoot, clipped to the scale
+                fields["details"] = {**(fields.get("details") or {}), "clipped_from": given}
         s = prep.sample
         return ScoreResult(
             id=sample_id(s, prep.index),

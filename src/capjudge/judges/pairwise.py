@@ -28,6 +28,7 @@ from capjudge.judges.dispatch import (
     in_input_order,
     make_executor,
 )
+from capjudge.judges.invariants import pair_problem
 from capjudge.judges.scoring import ImageMemo, cached_note, read_windows
 from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
 from capjudge.parsing import parse_verdict
@@ -159,6 +160,10 @@ def _pair_result(judge: PairJudge, index: int, pair: Pair | None, raw_item: Any,
     preset = getattr(judge, "judge_preset", None)
     if preset is not None:  # what ran: the judge preset of a local model
         fields["details"] = {**(fields.get("details") or {}), "judge_preset": preset}
+    if fields.get("status", "ok") == "ok":  # every pair record is made here: "ok" has a valid verdict
+        problem = pair_problem(fields.get("verdict"), fields.get("scores"))
+        if problem is not None:
+            fields.update(verdict=None, status="error", error=f"pair {pair.id if pair and pair.id is not None else index}: {problem}; not decided")
     return PairResult(
         id=(pair.id if pair and pair.id is not None else str(index)),
         image=image_label(pair.image) if pair else repr(raw_item)[:80],

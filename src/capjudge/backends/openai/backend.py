@@ -48,13 +48,14 @@ from capjudge.backends.base import (
     PromptTokens,
     Request,
     TokenStep,
-    Usage,
 )
 from capjudge.backends.credentials import UrlAuth, is_secret_name, split_url
 from capjudge.backends.faults import DEFAULT_GRACE, DEFAULT_THRESHOLD, BackendGone, CircuitBreaker
+from capjudge.backends.logprobs import InvalidLogprobError, as_logprob, steps_problem
 from capjudge.backends.openai.caps import AZURE_MAX_TOP_LOGPROBS, ModelCaps, lookup_caps
 from capjudge.backends.openai.retry import (
     APIRequestError,
+    DeadlineExceeded,
     MalformedResponseError,
     RetryPolicy,
     describe,
@@ -62,13 +63,21 @@ from capjudge.backends.openai.retry import (
     is_connection_failure,
     is_retryable,
     wait_seconds,
+    within_deadline,
 )
 from capjudge.backends.options import OptionError, as_bool, as_float, as_int, check_known
 from capjudge.backends.registry import BackendSpec
 from capjudge.judges.smoothing import SCORE_PATTERN
 from capjudge.parsing import parse_score
 from capjudge.redact import get_logger, register_secret, scrub
-from capjudge.usage import PriceSource, PriceTable, UsageTracker, estimate_text_tokens, image_tokens
+from capjudge.usage import (
+    PriceSource,
+    PriceTable,
+    UsageTracker,
+    estimate_text_tokens,
+    image_tokens,
+    usage_from_report,
+)
 
 log = get_logger("capjudge.backends.openai")
 
@@ -138,8 +147,9 @@ class OpenAIBackend(Backend):
       ``OPENAI_API_VERSION``; required), ``api_key`` (else ``AZURE_OPENAI_API_KEY``) or
       ``azure_ad_token_provider`` (Entra ID), ``model_name`` (the model behind the deployment, for
       the capability and price tables).
-    - ``concurrency`` (8), ``timeout`` seconds per call (60), ``max_retries`` (6), ``retry_base_delay``
-      (1 s), ``retry_max_delay`` (60 s).
+    - ``concurrency`` (8), ``timeout`` seconds per attempt as a whole (60: connect, send, wait and
+      read the entire answer; a server trickling its body is cut off there), ``max_retries`` (6),
+      ``retry_base_delay`` (1 s), ``retry_max_delay`` (60 s).
     - ``gone_after`` (5) and ``gone_grace`` (5 s): after that many connection failures in a row,
       over at least that many seconds, with no answer in between, the server is declared gone and
       every remaining request fails at once with :class:`~capjudge.backends.faults.BackendGone`
@@ -279,6 +289,7 @@ class OpenAIBackend(Backend):
         self._sem: asyncio.Semaphore | None = None
         self._prompt_scale = 1.0
         self._submitted = itertools.count()
+        self._usage_warned: set[str] = set()  # usage fields this server reported badly (warned once)
 
     # -- construction ----------------------------------------------------------------------------
     def _resolve_key(self, api_key: str | None, api_key_env: str | None, token_provider: Callable[[], Any] | None) -> tuple[str | None, str | None]:
@@ -526,7 +537,12 @@ class OpenAIBackend(Backend):
                     self._breaker.check()
                     attempts += 1
                     try:
-                        raw = await self._client.post("/chat/completions", body=body, cast_to=httpx.Response, options=_POST_OPTIONS)
+                        # The SDK's timeout bounds each read; this bounds the attempt as a whole
+                        # (connect, send, wait, read the entire body): a server that trickles its
+                        # answer a byte at a time is cut off at `timeout` seconds all the same.
+                        raw = await within_deadline(
+                            self._client.post("/chat/completions", body=body, cast_to=httpx.Response, options=_POST_OPTIONS), self.timeout
+                        )
                     except Exception as exc:
                         if is_connection_failure(exc):
                             self._breaker.failure(describe(exc))
@@ -555,13 +571,16 @@ class OpenAIBackend(Backend):
         logprobs = choice.get("logprobs")
         content = logprobs.get("content") if isinstance(logprobs, dict) else None
         for t in content or ():
-            top = tuple((a["token"], float(a["logprob"])) for a in t.get("top_logprobs") or ())
+            # Values are kept as sent (numbers made floats) and checked below: a log-probability
+            # that is not one fails this answer, never reaches the cache or a score.
+            top = tuple((str(a["token"]), as_logprob(a.get("logprob"))) for a in t.get("top_logprobs") or ())
             lp = t.get("logprob")
-            steps.append(TokenStep(token=t["token"], logprob=float(lp) if lp is not None else None, top=top))
-        usage = None
+            steps.append(TokenStep(token=str(t["token"]), logprob=as_logprob(lp) if lp is not None else None, top=top))
+        problem = steps_problem(steps, who="the server")
+        if problem:
+            raise InvalidLogprobError(f"{problem}; the answer is not scored")
         u = response.get("usage")
-        if isinstance(u, dict):
-            usage = Usage(prompt_tokens=int(u.get("prompt_tokens") or 0), completion_tokens=int(u.get("completion_tokens") or 0))
+        usage = usage_from_report(u, warned=self._usage_warned) if isinstance(u, dict) else None
         meta: dict[str, Any] = {}
         if response.get("id"):
             meta["response_id"] = response["id"]
@@ -726,8 +745,9 @@ class OpenAIBackend(Backend):
         if basic is not None:
             headers["Authorization"] = basic
         try:
-            r = httpx.post(root + "/tokenize", json=body, headers=headers, params=dict(self.url_auth.query), timeout=self.timeout)
-        except httpx.HTTPError as exc:
+            # On the backend's loop, so that `timeout` bounds the whole call, as for chat requests.
+            r = self._loop_thread().submit(within_deadline(self._post_json(root + "/tokenize", body, headers, dict(self.url_auth.query)), self.timeout)).result()
+        except (httpx.HTTPError, DeadlineExceeded) as exc:
             raise BackendError(scrub(f"{root}/tokenize: {type(exc).__name__}: {exc}")) from exc
         if r.status_code in (404, 405):
             return None  # not a vLLM server
@@ -738,6 +758,13 @@ class OpenAIBackend(Backend):
         strs = data.get("token_strs")
         tokens = tuple(str(t) for t in strs) if isinstance(strs, list) and len(strs) == len(ids) else tuple(str(i) for i in ids)
         return PromptTokens(ids=ids, tokens=tokens, source="vllm /tokenize")
+
+    async def _post_json(self, url: str, body: dict[str, Any], headers: dict[str, str], params: dict[str, str]) -> Any:
+        """One POST of a JSON body outside the SDK (vLLM's ``/tokenize``); the response, read."""
+        import httpx
+
+        async with httpx.AsyncClient(timeout=self.timeout) as client:
+            return await client.post(url, json=body, headers=headers, params=params)
 
     def stream(self, requests: Sequence[Request]) -> Iterator[tuple[int, Completion | BaseException]]:
         """Yield ``(index, completion or error)`` in completion order, up to ``concurrency`` at once."""

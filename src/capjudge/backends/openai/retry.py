@@ -1,6 +1,7 @@
 """Retry policy for OpenAI-protocol calls (tenacity; the SDK's own retries are switched off).
 
-Retried: rate limits (429, except ``insufficient_quota``), 408, 409, every 5xx, timeouts, dropped
+Retried: rate limits (429, except ``insufficient_quota``), 408, 409, every 5xx, timeouts (the
+SDK's per-read ones and :class:`DeadlineExceeded`, the request timeout over a whole attempt), dropped
 connections and unreadable (malformed JSON) answers. Not retried: other 4xx (bad request, auth,
 permission, not found, quota exhausted); they are reported at once with their status and message.
 The wait honours the server's ``retry-after-ms`` / ``retry-after`` headers, else grows exponentially
@@ -9,17 +10,21 @@ with full jitter.
 
 from __future__ import annotations
 
+import asyncio
 import email.utils
 import json
 import random
 import time
+from collections.abc import Awaitable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from capjudge.backends.base import BackendError, ContextLengthError
 from capjudge.redact import scrub
 
 RETRY_STATUS = frozenset({408, 409, 429})
+
+T = TypeVar("T")
 
 
 class APIRequestError(BackendError):
@@ -36,6 +41,20 @@ class APIRequestError(BackendError):
 
 class MalformedResponseError(BackendError):
     """The server answered 2xx with a body that is not a chat completion."""
+
+
+class DeadlineExceeded(TimeoutError):
+    """One attempt ran past the request timeout as a whole (connect, send, wait and read the whole
+    answer): a timeout, retried as one; a slow server is not a gone one."""
+
+
+async def within_deadline(call: Awaitable[T], seconds: float) -> T:
+    """``await call``, cancelled (and the connection closed) after ``seconds`` in all:
+    :class:`DeadlineExceeded` then."""
+    try:
+        return await asyncio.wait_for(call, timeout=seconds)
+    except asyncio.TimeoutError as exc:
+        raise DeadlineExceeded(f"no complete answer within timeout={seconds:g} s (the whole request)") from exc
 
 
 @dataclass(frozen=True)
@@ -71,7 +90,7 @@ def is_retryable(exc: BaseException) -> bool:
     """Whether a failed call is worth repeating."""
     import openai
 
-    if isinstance(exc, (MalformedResponseError, json.JSONDecodeError)):
+    if isinstance(exc, (MalformedResponseError, json.JSONDecodeError, DeadlineExceeded)):
         return True
     if isinstance(exc, openai.APIConnectionError):  # includes APITimeoutError
         return True
@@ -126,6 +145,8 @@ def describe(exc: BaseException, *, attempts: int = 1) -> BackendError:
         return APIRequestError(f"server answered with malformed JSON{tried}: {exc}", retryable=True, attempts=attempts)
     if isinstance(exc, openai.APITimeoutError):
         return APIRequestError(f"request timed out{tried}", retryable=True, attempts=attempts)
+    if isinstance(exc, DeadlineExceeded):
+        return APIRequestError(f"request timed out{tried}: {exc}", retryable=True, attempts=attempts)
     if isinstance(exc, openai.APIConnectionError):
         cause = exc.__cause__ or exc.__context__
         detail = f": {cause}" if cause else ""
