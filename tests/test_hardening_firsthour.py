@@ -1,0 +1,164 @@
+"""The first hour with capjudge (issue 20, items 15-16): an unreachable hub fails in seconds with
+what to do, library noise stays out of the way, and every summary says why."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+
+# The hub client retried a refused connection for ~49 s before failing; the probe answers in 5 s at
+# most. The bound leaves room for importing torch on a loaded machine.
+FAIL_FAST_SECONDS = 25.0
+
+
+def _cli_env(tmp_path: Path, endpoint: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(PYTHONPATH=str(ROOT / "src"), HF_ENDPOINT=endpoint, HF_HOME=str(tmp_path / "hf-home"), NO_COLOR="1")
+    env.pop("HF_HUB_CACHE", None)
+    env.pop("HUGGINGFACE_HUB_CACHE", None)
+    return env
+
+
+def _run_cli(args: list[str], env: dict[str, str], timeout: float = 120) -> tuple[subprocess.CompletedProcess[str], float]:
+    start = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "capjudge.cli", *args], capture_output=True, text=True, env=env, timeout=timeout)
+    return proc, time.monotonic() - start
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def silent_server() -> Iterator[int]:
+    """A server that accepts connections and never answers."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    srv.settimeout(0.2)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = srv.accept()
+                held.append(conn)
+            except OSError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    yield int(srv.getsockname()[1])
+    stop.set()
+    thread.join(2)
+    for conn in held:
+        conn.close()
+    srv.close()
+
+
+def _score_args(tmp_path: Path, backend: str) -> list[str]:
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps({"image": "cats.jpg", "caption": "two cats"}) + "\n")
+    return ["score", "--method", "vanilla", "--backend", backend, "--images", str(EXAMPLES / "images"), "--input", str(inp), "--out", str(tmp_path / "out.jsonl"), "--no-cache"]
+
+
+def _assert_offline_failure(proc: subprocess.CompletedProcess[str], seconds: float, endpoint: str) -> None:
+    assert proc.returncode == 1, proc.stderr
+    assert seconds < FAIL_FAST_SECONDS, f"took {seconds:.1f} s"
+    err = proc.stderr
+    assert err.count("cannot be reached") == 1, err
+    assert endpoint in err and "hf download someone/some-model" in err and "HF_HUB_OFFLINE=1" in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == len(set(lines)), f"a line printed twice:\n{err}"
+    assert "Retrying in" not in err
+
+
+def test_unreachable_hub_closed_port_fails_fast_with_the_offline_hint(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    proc, seconds = _run_cli(_score_args(tmp_path, "hf:someone/some-model"), _cli_env(tmp_path, endpoint))
+    _assert_offline_failure(proc, seconds, endpoint)
+
+
+def test_unreachable_hub_silent_server_fails_fast_with_the_offline_hint(tmp_path: Path, silent_server: int) -> None:
+    pytest.importorskip("transformers")
+    endpoint = f"http://127.0.0.1:{silent_server}"
+    proc, seconds = _run_cli(_score_args(tmp_path, "hf:someone/some-model"), _cli_env(tmp_path, endpoint))
+    _assert_offline_failure(proc, seconds, endpoint)
+    assert "no answer within" in proc.stderr
+
+
+def test_unreachable_hub_reads_a_cached_model_and_says_so_once(tmp_path: Path, tiny_llava_dir: Path) -> None:
+    """A model already in the HF cache loads from it when the hub is down: one warning line."""
+    repo = tmp_path / "hf-home" / "hub" / "models--someone--tiny-llava"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    shutil.copytree(tiny_llava_dir, repo / "snapshots" / commit)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    proc, seconds = _run_cli(_score_args(tmp_path, "hf:someone/tiny-llava"), _cli_env(tmp_path, endpoint))
+    assert proc.returncode == 0, proc.stderr
+    assert seconds < 120
+    assert proc.stderr.count("cannot be reached") == 1, proc.stderr
+    assert "reading 'someone/tiny-llava' from the local HF cache only" in proc.stderr
+    assert "Retrying in" not in proc.stderr
+    records = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert len(records) == 1 and records[0]["status"] in ("ok", "error")  # a random model: any answer
+
+
+def test_hf_run_prints_no_future_warning_without_verbose(tmp_path: Path, tiny_llava_dir: Path) -> None:
+    env = _cli_env(tmp_path, f"http://127.0.0.1:{_closed_port()}")
+    env["HF_HUB_OFFLINE"] = "1"
+    args = _score_args(tmp_path, f"hf:{tiny_llava_dir}")
+    args[args.index("vanilla")] = "fleur"
+    proc, _ = _run_cli(args, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "FutureWarning" not in proc.stderr and "DeprecationWarning" not in proc.stderr, proc.stderr
+
+
+def test_library_deprecations_are_logged_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    from capjudge.backends.hf.quiet import is_library_deprecation, quiet_libraries
+
+    quiet_libraries()
+    inside = os.path.join("site-packages", "transformers", "utils", "generic.py")
+    assert is_library_deprecation(FutureWarning, inside)
+    assert not is_library_deprecation(UserWarning, inside)
+    assert not is_library_deprecation(FutureWarning, os.path.join("site-packages", "pandas", "core.py"))
+    with caplog.at_level(logging.INFO, logger="capjudge.backends.hf"):
+        warnings.showwarning("`past_key_values` is deprecated", FutureWarning, inside, 1036)
+    assert any("past_key_values" in r.getMessage() and r.levelno == logging.INFO for r in caplog.records)
+
+
+def test_hub_logger_prints_through_the_root_handler_only() -> None:
+    pytest.importorskip("huggingface_hub")
+    import huggingface_hub.utils.logging  # noqa: F401 - gives the hub logger its own handler
+
+    from capjudge.backends.hf.quiet import quiet_libraries
+
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    root.addHandler(handler)
+    try:
+        quiet_libraries()
+        hub_handlers = [h for h in logging.getLogger("huggingface_hub").handlers if type(h) is logging.StreamHandler]
+        assert hub_handlers == []
+    finally:
+        root.removeHandler(handler)
