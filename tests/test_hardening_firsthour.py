@@ -162,3 +162,65 @@ def test_hub_logger_prints_through_the_root_handler_only() -> None:
         assert hub_handlers == []
     finally:
         root.removeHandler(handler)
+
+
+# ------------------------------------------------------------------ item 16: every summary says why
+def test_parity_tolerance_prints_the_tolerance_the_largest_difference_and_tells_the_backends_apart(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from capjudge.cli import main
+
+    args = ["parity", "--a", "scripted:x", "--a-opt", "text=0.8", "--b", "scripted:x", "--b-opt", "text=0.7", "--method", "fleur",
+            "--input", str(EXAMPLES / "captions.jsonl"), "--images", str(EXAMPLES / "images"), "--tolerance", "0.01"]
+    assert main(args) == 5
+    cap = capsys.readouterr()
+    assert "--tolerance 0.01" in cap.err and "largest score difference 0.1" in cap.err, cap.err
+    assert "scripted:x [text=0.8]" in cap.out and "scripted:x [text=0.7]" in cap.out, cap.out
+    assert main([*args, "--format", "json"]) == 5
+    cap = capsys.readouterr()
+    out = json.loads(cap.out.strip().splitlines()[-1])
+    assert out["tolerance"] == 0.01 and out["outside_tolerance"] == ["largest score difference 0.1 (sample ex1) > tolerance 0.01"]
+    assert main([*args[:-1], "0.5"]) == 0
+    assert "within --tolerance 0.5" in capsys.readouterr().err
+
+
+def test_parity_labels_mask_secret_options_and_say_when_both_are_the_same() -> None:
+    from capjudge.parity.commands import backend_labels
+
+    a, b = backend_labels("openai-compatible:http://h/v1#m", "openai-compatible:http://h/v1#m", {"api_key": "sk-verysecret123"}, {})
+    assert "sk-verysecret123" not in a and "api_key=***" in a and "api_key unset" in b
+    a, b = backend_labels("scripted:x", "scripted:x", {}, {})
+    assert a == "scripted:x (same as b)" and b == "scripted:x (same as a)"
+
+
+def _pair_file(path: Path, verdicts: str) -> Path:
+    names = {"A": "A", "B": "B", "t": "tie"}
+    rows = [{"id": f"p{i}", "image": f"img{i}.jpg", "caption_a": f"first {i}", "caption_b": f"second {i}", "verdict": names[v],
+             "votes": [names[v], names[v]], "method": "gpt4v-pairwise", "backend": "scripted:x", "status": "ok", "error": None}
+            for i, v in enumerate(verdicts)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def test_agree_says_why_kappa_is_undefined(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from capjudge.cli import main
+
+    pa, pb = _pair_file(tmp_path / "pa.jsonl", "tttttt"), _pair_file(tmp_path / "pb.jsonl", "tttttt")
+    assert main(["agree", str(pa), str(pb)]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "- (one verdict only; see the note)" in text
+    assert "both judges gave 'tie' to all 6 samples" in text
+    assert main(["agree", str(pa), str(pb), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["cohen_kappa"] is None and out["undefined"]["cohen_kappa"].startswith("one verdict only")
+
+
+def test_kappa_undefined_reasons() -> None:
+    import numpy as np
+
+    from capjudge.metaeval.agree_stats import kappa_undefined_reason
+
+    assert kappa_undefined_reason(np.zeros((3, 3), dtype=int)).startswith("no overlap")
+    one = np.zeros((3, 3), dtype=int)
+    one[0, 0] = 4
+    assert "'A' to all 4 samples" in kappa_undefined_reason(one)
+    one[1, 1] = 1
+    assert kappa_undefined_reason(one) is None
