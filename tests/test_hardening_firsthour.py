@@ -224,3 +224,16 @@ def test_kappa_undefined_reasons() -> None:
     assert "'A' to all 4 samples" in kappa_undefined_reason(one)
     one[1, 1] = 1
     assert kappa_undefined_reason(one) is None
+
+
+def test_arena_counts_ties_apart_from_battles_with_a_winner(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from capjudge.cli import main
+
+    argv = ["arena", "--input", str(EXAMPLES / "arena.jsonl"), "--round-robin", "--images", str(EXAMPLES / "images"),
+            "--backend", "scripted:Answer 1", "--out", str(tmp_path / "battles.jsonl"), "--no-cache", "--bootstrap", "10"]
+    assert main(argv) == 0  # "Answer 1" in both orders: every battle a tie
+    text = " ".join(capsys.readouterr().out.split())
+    assert "won / tied / failed │ 0 / 18 / 0" in text, text
+    assert main([*argv, "--format", "json"]) == 0
+    battles = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["battles"]
+    assert battles["won"] == 0 and battles["ties"] == 18 and battles["decided"] == 18
