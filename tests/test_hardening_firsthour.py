@@ -237,3 +237,23 @@ def test_arena_counts_ties_apart_from_battles_with_a_winner(tmp_path: Path, caps
     assert main([*argv, "--format", "json"]) == 0
     battles = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["battles"]
     assert battles["won"] == 0 and battles["ties"] == 18 and battles["decided"] == 18
+
+
+def test_choose_one_names_the_causes_of_its_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from capjudge.cli import main
+
+    groups = tmp_path / "groups.jsonl"
+    rows = [{"id": "g1", "image": "cats.jpg", "true": ["two cats lying together"], "flawed": ["three dogs", "a car"]},
+            {"id": "g2", "image": "cats.jpg", "true": ["two cats on a blanket"], "flawed": ["a red bus"]},
+            {"id": "g3", "image": "missing.jpg", "true": ["two cats"], "flawed": ["a red bus"]}]
+    groups.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    argv = ["choose-one", "--method", "vanilla", "--backend", "scripted:no idea", "--input", str(groups), "--images", str(EXAMPLES / "images"),
+            "--no-cache", "--out-json", str(tmp_path / "report.json")]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert "3 group(s) not ranked" in out
+    assert "- 5 x no score in the answer (no number): 'no idea'" in out
+    assert "- 2 x image 'missing.jpg' not found" in out
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["n_errors"] == 3 and list(report["error_causes"].values()) == [5, 2]
+    assert all("causes" not in o for o in report["outcomes"])
