@@ -127,8 +127,9 @@ def test_unreachable_hub_reads_a_cached_model_and_says_so_once(tmp_path: Path, t
 def test_hf_run_prints_no_future_warning_without_verbose(tmp_path: Path, tiny_llava_dir: Path) -> None:
     env = _cli_env(tmp_path, f"http://127.0.0.1:{_closed_port()}")
     env["HF_HUB_OFFLINE"] = "1"
-    args = _score_args(tmp_path, f"hf:{tiny_llava_dir}")
-    args[args.index("vanilla")] = "fleur"
+    # Several captions of one image: the prefix-reuse path, where transformers warned about past_key_values.
+    args = ["score", "--method", "fleur", "--backend", f"hf:{tiny_llava_dir}", "--images", str(EXAMPLES / "images"),
+            "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(tmp_path / "out.jsonl"), "--no-cache"]
     proc, _ = _run_cli(args, env)
     assert proc.returncode == 0, proc.stderr
     assert "FutureWarning" not in proc.stderr and "DeprecationWarning" not in proc.stderr, proc.stderr
@@ -257,3 +258,24 @@ def test_choose_one_names_the_causes_of_its_errors(tmp_path: Path, capsys: pytes
     report = json.loads((tmp_path / "report.json").read_text())
     assert report["n_errors"] == 3 and list(report["error_causes"].values()) == [5, 2]
     assert all("causes" not in o for o in report["outcomes"])
+
+
+def test_demo_report_says_its_model_is_random(tiny_llava_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from capjudge.cli import main
+
+    monkeypatch.setenv("CAPJUDGE_HOME", str(tmp_path / "home"))
+    assert main(["demo", "--out-dir", str(tmp_path / "demo")]) == 0
+    capsys.readouterr()
+    page = (tmp_path / "demo" / "report.html").read_text()
+    assert page.count('class="page-warning"') == 5  # one per results file
+    assert "RANDOM MODEL" in page and "MEANINGLESS" in page
+    assert page.index("RANDOM MODEL") < page.index("<h1>")  # first thing on the page
+    # capjudge html on the demo's results says it too; a real model's results do not.
+    assert main(["html", str(tmp_path / "demo" / "fleur.jsonl"), "-o", str(tmp_path / "fleur.html")]) == 0
+    assert "RANDOM MODEL" in (tmp_path / "fleur.html").read_text()
+    real = tmp_path / "real.jsonl"
+    rec = json.loads((tmp_path / "demo" / "fleur.jsonl").read_text().splitlines()[0])
+    rec.update(model="llava-hf/llava-1.5-7b-hf", backend="hf:llava-hf/llava-1.5-7b-hf")
+    real.write_text(json.dumps(rec) + "\n")
+    assert main(["html", str(real), "-o", str(tmp_path / "real.html")]) == 0
+    assert "RANDOM MODEL" not in (tmp_path / "real.html").read_text()

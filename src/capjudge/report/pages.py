@@ -27,6 +27,7 @@ from capjudge.report.records import (
     results_section,
     score_values,
 )
+from capjudge.report.random_model import random_model_warnings
 from capjudge.report.thumbs import DEFAULT_MAX_PX, ThumbCache
 
 if TYPE_CHECKING:
@@ -100,6 +101,7 @@ def results_page(
     labels = list(names) if names else [Path(p).name for p in paths]
     page = Page(title=title or ("capjudge report: " + ", ".join(labels)), thumbs=thumbs, command=command)
     page.facts = [("results files", str(len(files))), ("records", str(sum(len(f.records) for f in files)))]
+    page.warnings = random_model_warnings((label, (r for _, r in rf.records)) for rf, label in zip(files, labels, strict=True))
     if with_agree and len(files) >= 2:
         from capjudge.metaeval.agree import agree
 
