@@ -279,3 +279,37 @@ def test_demo_report_says_its_model_is_random(tiny_llava_dir: Path, tmp_path: Pa
     real.write_text(json.dumps(rec) + "\n")
     assert main(["html", str(real), "-o", str(tmp_path / "real.html")]) == 0
     assert "RANDOM MODEL" not in (tmp_path / "real.html").read_text()
+
+
+def _help_examples() -> list[list[str]]:
+    import shlex
+
+    from capjudge.cli import EXAMPLES_HELP
+
+    joined = EXAMPLES_HELP.replace("\\\n", " ")
+    return [shlex.split(line.strip(), comments=True)[1:] for line in joined.splitlines()[1:] if line.strip()]
+
+
+def test_top_level_help_lists_examples_and_arena_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
+    from capjudge.cli import build_parser, main
+
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    text = capsys.readouterr().out
+    assert "examples (" in text and "capjudge arena --input examples/arena.jsonl" in text
+    assert "exit codes (score, compare, arena, explain, run-benchmark)" in text
+    examples = _help_examples()
+    assert len(examples) >= 6
+    parser = build_parser()
+    for argv in examples:  # every example is a valid command line
+        assert parser.parse_args(argv).command == argv[0]
+
+
+def test_the_scripted_help_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from capjudge.cli import main
+
+    argv = next(a for a in _help_examples() if a[0] == "score" and any(x.startswith("scripted:") for x in a))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "examples").symlink_to(EXAMPLES)
+    assert main(argv) == 0
+    assert json.loads((tmp_path / "out" / "try.jsonl").read_text().splitlines()[0])["score"] == 85.0
