@@ -313,3 +313,19 @@ def test_the_scripted_help_example_runs(tmp_path: Path, monkeypatch: pytest.Monk
     (tmp_path / "examples").symlink_to(EXAMPLES)
     assert main(argv) == 0
     assert json.loads((tmp_path / "out" / "try.jsonl").read_text().splitlines()[0])["score"] == 85.0
+
+
+def test_judge_score_takes_an_image_and_a_caption() -> None:
+    from capjudge import Judge, Sample
+
+    judge = Judge("ref-fleur", "scripted:0.8", images_root=EXAMPLES / "images")
+    r = judge.score("cats.jpg", "two cats")
+    assert r.ok and r.score == 0.8 and r.caption == "two cats"
+    r = judge.score("cats.jpg", "two cats", ["two cats sleeping"], id="x")
+    assert r.ok and r.id == "x" and list(r.references) == ["two cats sleeping"]
+    # the forms that worked before still do
+    assert judge.score(Sample("cats.jpg", "two cats", references=("two cats sleeping",))).score == 0.8
+    assert judge.score({"image": "cats.jpg", "caption": "two cats", "references": ["a"]}).score == 0.8
+    assert judge.score("cats.jpg").status == "error"  # no caption: an error record, as before
+    with pytest.raises(TypeError, match="not both"):
+        judge.score(Sample("cats.jpg", "two cats"), "another caption")

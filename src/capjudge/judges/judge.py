@@ -362,8 +362,27 @@ class Judge:
         return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
 
     # ------------------------------------------------------------------ public API
-    def score(self, sample: Sample | dict[str, Any]) -> ScoreResult:
-        """Score one sample (an ``error`` result on failure; never raises for bad input)."""
+    def score(
+        self,
+        sample: Sample | dict[str, Any] | ImageInput,
+        caption: str | None = None,
+        references: Sequence[str] = (),
+        *,
+        id: str | None = None,
+    ) -> ScoreResult:
+        """Score one sample (an ``error`` result on failure; never raises for bad input).
+
+        Either a :class:`Sample` (or a dict with ``image``, ``caption``[, ``references``, ``id``]),
+        or the image and its caption: ``judge.score("cats.jpg", "two cats")``, optionally with
+        ``references`` and ``id``, as :meth:`compare` takes them. An image without a caption is an
+        error result, as any other bad sample.
+        """
+        if caption is not None:
+            if isinstance(sample, (Sample, dict)):
+                raise TypeError("Judge.score: give a Sample (or dict), or an image and a caption, not both")
+            sample = Sample(sample, caption, references=tuple(references) if not isinstance(references, str) else references, id=id)
+        elif references or id is not None:
+            raise TypeError("Judge.score: references and id go with an image and a caption; a Sample carries its own")
         return next(iter(self.score_many([sample])))
 
     def score_many(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[ScoreResult]:
