@@ -318,9 +318,9 @@ def test_the_scripted_help_example_runs(tmp_path: Path, monkeypatch: pytest.Monk
 def test_judge_score_takes_an_image_and_a_caption() -> None:
     from capjudge import Judge, Sample
 
-    judge = Judge("ref-fleur", "scripted:0.8", images_root=EXAMPLES / "images")
-    r = judge.score("cats.jpg", "two cats")
+    r = Judge("fleur", "scripted:0.8", images_root=EXAMPLES / "images").score("cats.jpg", "two cats")
     assert r.ok and r.score == 0.8 and r.caption == "two cats"
+    judge = Judge("ref-fleur", "scripted:0.8", images_root=EXAMPLES / "images")
     r = judge.score("cats.jpg", "two cats", ["two cats sleeping"], id="x")
     assert r.ok and r.id == "x" and list(r.references) == ["two cats sleeping"]
     # the forms that worked before still do
