@@ -329,3 +329,28 @@ def test_judge_score_takes_an_image_and_a_caption() -> None:
     assert judge.score("cats.jpg").status == "error"  # no caption: an error record, as before
     with pytest.raises(TypeError, match="not both"):
         judge.score(Sample("cats.jpg", "two cats"), "another caption")
+
+
+# ------------------------------------------------------------------ item 17: fidelity details
+def test_pairwise_methods_send_the_method_option_temperature(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from openai_fake_server import Reply, chat_body, running_server
+
+    from capjudge.cli import main
+
+    with running_server(responder=lambda req: Reply(body=chat_body("Answer 1"))) as srv:
+        argv = ["compare", "--method", "gpt4v-pairwise", "--backend", f"openai-compatible:{srv.base_url}#fake-model", "--images", str(EXAMPLES / "images"),
+                "--input", str(EXAMPLES / "pairs.jsonl"), "--out", str(tmp_path / "pairs.jsonl"), "--no-cache", "--quiet", "--method-option", "temperature=0.7"]
+        assert main(argv) == 0, capsys.readouterr().err
+        bodies = [r.body for r in srv.received if r.body and "messages" in r.body]
+    assert len(bodies) == 4  # two pairs, both orders
+    assert {b.get("temperature") for b in bodies} == {0.7}
+
+
+def test_listwise_sends_the_method_option_temperature() -> None:
+    from capjudge import Judge, Sample
+    from capjudge.backends.scripted import ScriptedBackend
+
+    backend = ScriptedBackend("1. 0.9\n2. 0.1")
+    judge = Judge("listwise", backend, images_root=EXAMPLES / "images", method_options={"temperature": "0.5"})
+    list(judge.score_many([Sample("cats.jpg", "two cats"), Sample("cats.jpg", "a dog")]))
+    assert backend.calls and {c.config.temperature for c in backend.calls} == {0.5}
