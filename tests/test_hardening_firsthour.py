@@ -333,9 +333,8 @@ def test_judge_score_takes_an_image_and_a_caption() -> None:
 
 # ------------------------------------------------------------------ item 17: fidelity details
 def test_pairwise_methods_send_the_method_option_temperature(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from openai_fake_server import Reply, chat_body, running_server
-
     from capjudge.cli import main
+    from openai_fake_server import Reply, chat_body, running_server
 
     with running_server(responder=lambda req: Reply(body=chat_body("Answer 1"))) as srv:
         argv = ["compare", "--method", "gpt4v-pairwise", "--backend", f"openai-compatible:{srv.base_url}#fake-model", "--images", str(EXAMPLES / "images"),

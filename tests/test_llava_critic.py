@@ -92,7 +92,10 @@ def test_critic_methods_run_on_the_tiny_llava(tiny_llava_dir: Path) -> None:
 def test_answer_length_differs_from_the_card_as_tabled_and_the_cards_length_is_one_option_away() -> None:
     """The card decodes up to 4096 new tokens; the methods stop at 1024 (why: docs/methods.md, the
     differences table) and --max-new-tokens 4096 decodes as the card does."""
-    from capjudge.prompts.registry import LLAVA_CRITIC_CARD_MAX_NEW_TOKENS, LLAVA_CRITIC_MAX_NEW_TOKENS
+    from capjudge.prompts.registry import (
+        LLAVA_CRITIC_CARD_MAX_NEW_TOKENS,
+        LLAVA_CRITIC_MAX_NEW_TOKENS,
+    )
 
     assert LLAVA_CRITIC_CARD_MAX_NEW_TOKENS == 4096
     for name in ("llava-critic-pointwise", "llava-critic-pairwise"):

@@ -389,10 +389,12 @@ class Judge:
         if caption is not None:
             if isinstance(sample, (Sample, dict)):
                 raise TypeError("Judge.score: give a Sample (or dict), or an image and a caption, not both")
-            sample = Sample(sample, caption, references=tuple(references) if not isinstance(references, str) else references, id=id)
+            refs = (references,) if isinstance(references, str) else tuple(references)
+            sample = Sample(sample, caption, references=refs, id=id)
         elif references or id is not None:
             raise TypeError("Judge.score: references and id go with an image and a caption; a Sample carries its own")
-        return next(iter(self.score_many([sample])))
+        item: Any = sample  # anything else becomes an error record, as in score_many
+        return next(iter(self.score_many([item])))
 
     def score_many(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[ScoreResult]:
         """Score samples, yielding one result per sample, in input order, as soon as it and every

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from capjudge.probes.report import _pct, _share
 from capjudge.report import figures
 from capjudge.report.model import Column, Page, SampleTable, Section, StatTable
+from capjudge.report.random_model import random_model_warnings
 from capjudge.report.records import (
     DEFAULT_MAX_ROWS,
     ResultsFile,
@@ -27,7 +28,6 @@ from capjudge.report.records import (
     results_section,
     score_values,
 )
-from capjudge.report.random_model import random_model_warnings
 from capjudge.report.thumbs import DEFAULT_MAX_PX, ThumbCache
 
 if TYPE_CHECKING:
