@@ -148,21 +148,22 @@ def test_library_deprecations_are_logged_at_info(caplog: pytest.LogCaptureFixtur
     assert any("past_key_values" in r.getMessage() and r.levelno == logging.INFO for r in caplog.records)
 
 
-def test_hub_logger_prints_through_the_root_handler_only() -> None:
+def test_hub_logger_prints_through_the_root_handler_only(tmp_path: Path) -> None:
+    """As in the CLI: a root handler, capjudge's routing before huggingface_hub is imported, then a
+    hub warning: one line, not two."""
     pytest.importorskip("huggingface_hub")
-    import huggingface_hub.utils.logging  # noqa: F401 - gives the hub logger its own handler
-
-    from capjudge.backends.hf.quiet import quiet_libraries
-
-    root = logging.getLogger()
-    handler = logging.StreamHandler(sys.stderr)
-    root.addHandler(handler)
-    try:
-        quiet_libraries()
-        hub_handlers = [h for h in logging.getLogger("huggingface_hub").handlers if type(h) is logging.StreamHandler]
-        assert hub_handlers == []
-    finally:
-        root.removeHandler(handler)
+    code = (
+        "import logging, sys\n"
+        "logging.getLogger().addHandler(logging.StreamHandler(sys.stderr))\n"
+        "from capjudge.backends.hf.quiet import quiet_libraries\n"
+        "quiet_libraries()\n"
+        "import huggingface_hub\n"
+        "from huggingface_hub.utils import logging as hub_logging\n"
+        "hub_logging.get_logger('huggingface_hub.utils._http').warning('Retrying in 1s [Retry 1/5].')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_cli_env(tmp_path, "http://127.0.0.1:9"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("Retrying in 1s") == 1, proc.stderr
 
 
 # ------------------------------------------------------------------ item 16: every summary says why

@@ -34,6 +34,10 @@ def _single_hub_handler() -> None:
     root = logging.getLogger()
     if not root.handlers:
         return  # nothing else prints the hub's records: keep its handler
+    try:  # the hub adds its handler when its logging module is first imported: import it now
+        import huggingface_hub.utils.logging  # noqa: F401
+    except ImportError:  # pragma: no cover - huggingface_hub comes with transformers
+        return
     hub = logging.getLogger("huggingface_hub")
     for handler in list(hub.handlers):
         if type(handler) is logging.StreamHandler:  # its default handler (a FileHandler is kept)
