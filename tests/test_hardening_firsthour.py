@@ -354,3 +354,11 @@ def test_listwise_sends_the_method_option_temperature() -> None:
     judge = Judge("listwise", backend, images_root=EXAMPLES / "images", method_options={"temperature": "0.5"})
     list(judge.score_many([Sample("cats.jpg", "two cats"), Sample("cats.jpg", "a dog")]))
     assert backend.calls and {c.config.temperature for c in backend.calls} == {0.5}
+
+
+def test_offline_hint_masks_credentials_in_the_endpoint(tmp_path: Path) -> None:
+    pytest.importorskip("transformers")
+    endpoint = f"http://alice:hunter2secret@127.0.0.1:{_closed_port()}"
+    proc, _ = _run_cli(_score_args(tmp_path, "hf:someone/some-model"), _cli_env(tmp_path, endpoint), timeout=120)
+    assert proc.returncode == 1 and "cannot be reached" in proc.stderr, proc.stderr
+    assert "hunter2secret" not in proc.stderr and "http://***@127.0.0.1:" in proc.stderr

@@ -39,6 +39,17 @@ def hub_endpoint() -> str:
     return (os.environ.get("HF_ENDPOINT") or _DEFAULT_ENDPOINT).strip().rstrip("/")
 
 
+def shown_endpoint(endpoint: str) -> str:
+    """``endpoint`` as messages show it: credentials in the URL (``https://user:pass@mirror``) masked."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(endpoint)
+    if "@" not in parts.netloc:
+        return endpoint
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"***@{host}"))
+
+
 def hub_status(timeout: float = PROBE_SECONDS) -> HubStatus:
     """Probe the hub endpoint once per process (the answer is kept): any HTTP answer, whatever its
     status, means reachable; a refused or timed-out connection, or no answer within ``timeout``
@@ -48,7 +59,7 @@ def hub_status(timeout: float = PROBE_SECONDS) -> HubStatus:
         if endpoint not in _probed:
             _probed[endpoint] = _probe(endpoint, timeout)
             if not _probed[endpoint].reachable:
-                log.debug("hub probe of %s: %s", endpoint, _probed[endpoint].cause)
+                log.debug("hub probe of %s: %s", shown_endpoint(endpoint), _probed[endpoint].cause)
         return _probed[endpoint]
 
 
@@ -63,7 +74,7 @@ def _probe(endpoint: str, timeout: float) -> HubStatus:
                 client.head(endpoint + "/api/models")
             result.append(HubStatus(endpoint, True))
         except Exception as exc:  # noqa: BLE001 - every failure to get an answer means unreachable
-            result.append(HubStatus(endpoint, False, _cause(exc)))
+            result.append(HubStatus(endpoint, False, _cause(exc).replace(endpoint, shown_endpoint(endpoint))))
 
     # A thread with a deadline: httpx's timeout bounds each read, not a body trickled byte by byte.
     worker = threading.Thread(target=ask, name="capjudge-hub-probe", daemon=True)
@@ -96,7 +107,7 @@ def is_cached(model: str) -> bool:
 def offline_hint(model: str, status: HubStatus) -> str:
     """What to do when ``model`` is not in the local cache and the hub cannot be reached."""
     return (
-        f"the Hugging Face hub at {status.endpoint} cannot be reached ({status.cause}) and {model!r} "
+        f"the Hugging Face hub at {shown_endpoint(status.endpoint)} cannot be reached ({status.cause}) and {model!r} "
         "is not in the local HF cache. Download it on a connected machine (hf download "
         f"{model}) and copy the cache (~/.cache/huggingface or $HF_HOME) here, or give a local folder "
         "(hf:/path/to/model); with the model on disk, HF_HUB_OFFLINE=1 skips the network"
@@ -114,7 +125,7 @@ def note_cache_only(model: str, status: HubStatus) -> None:
         _noted.add((status.endpoint, model))
     log.warning(
         "the Hugging Face hub at %s cannot be reached (%s): reading %r from the local HF cache only "
-        "(HF_HUB_OFFLINE=1 skips this check)", status.endpoint, status.cause, model,
+        "(HF_HUB_OFFLINE=1 skips this check)", shown_endpoint(status.endpoint), status.cause, model,
     )
 
 
