@@ -362,3 +362,15 @@ def test_offline_hint_masks_credentials_in_the_endpoint(tmp_path: Path) -> None:
     proc, _ = _run_cli(_score_args(tmp_path, "hf:someone/some-model"), _cli_env(tmp_path, endpoint), timeout=120)
     assert proc.returncode == 1 and "cannot be reached" in proc.stderr, proc.stderr
     assert "hunter2secret" not in proc.stderr and "http://***@127.0.0.1:" in proc.stderr
+
+
+def test_agree_says_why_fleiss_kappa_is_undefined(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from capjudge.cli import main
+
+    files = [str(_pair_file(tmp_path / f"p{k}.jsonl", "AAAA")) for k in range(3)]
+    assert main(["agree", *files]) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert "Fleiss' kappa is undefined (one verdict only: every judge gave 'A' to all 4 samples" in text
+    assert main(["agree", *files, "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["fleiss_kappa"] is None and out["undefined"]["fleiss_kappa"].startswith("one verdict only")

@@ -256,6 +256,9 @@ def _fleiss(files: Sequence[JudgeFile], bootstrap: int, seed: int) -> dict[str, 
         "fleiss_kappa": 100.0 * float(S.fleiss_kappa_from_counts(counts)) if common else math.nan,
         "agreement": 100.0 * float(unanimous.mean()) if common else math.nan,
     }
+    why = S.fleiss_undefined_reason(counts)
+    if why is not None:
+        out["undefined"] = {"fleiss_kappa": why}
     if bootstrap and len(common) >= 2:
         out["ci95"] = {k: list(v) for k, v in S.fleiss_bootstrap(counts, n_resamples=bootstrap, seed=seed).items()}
     out["agreement_means"] = "share of samples on which every judge gave the same verdict"

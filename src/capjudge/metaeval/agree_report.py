@@ -144,7 +144,9 @@ def render(report: AgreeReport, console: Any) -> None:
         if report.kind == "pairwise":
             ci = ov.get("ci95", {})
             fk = _f(ov.get("fleiss_kappa")) + (f" [{_f(ci['fleiss_kappa'][0])}, {_f(ci['fleiss_kappa'][1])}]" if "fleiss_kappa" in ci else "")
-            console.print(f"all {len(report.judges)} judges on {ov['n']} common samples: Fleiss' kappa (x100) {fk}, unanimous {_f(ov.get('agreement'))}%")
+            console.print(f"all {len(report.judges)} judges on {ov['n']} common samples: Fleiss' kappa (x100) {fk}, unanimous {_f(ov.get('agreement'))}%", markup=False)
+            if "fleiss_kappa" in ov.get("undefined", {}):
+                console.print(f"note: Fleiss' kappa is undefined ({ov['undefined']['fleiss_kappa']})", markup=False)
         else:
             console.print(f"{ov['n']} samples judged successfully by every judge")
     for pc in report.pairs:

@@ -320,6 +320,22 @@ def kappa_undefined_reason(table: np.ndarray) -> str | None:
     return None
 
 
+def fleiss_undefined_reason(counts: np.ndarray) -> str | None:
+    """Why Fleiss' kappa of an ``(items, A/B/tie)`` count table is undefined, as
+    :func:`kappa_undefined_reason` says it for Cohen's (``None`` when defined)."""
+    c = np.asarray(counts)
+    if c.shape[0] == 0:
+        return "no overlap: no sample has a verdict from every judge"
+    totals = c.sum(axis=0)
+    if np.count_nonzero(totals) == 1:
+        i = int(totals.argmax())
+        return (
+            f"one verdict only: every judge gave {VERDICTS[i]!r} to all {c.shape[0]} samples, so chance agreement "
+            "is 100% and kappa divides by zero (the agreement rate still counts)"
+        )
+    return None
+
+
 def cohen_kappa(x: Sequence[str], y: Sequence[str]) -> float:
     """Cohen's kappa of two judges' A/B/tie verdicts on the same items (in [-1, 1]; NaN when
     undefined)."""
