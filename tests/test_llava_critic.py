@@ -87,3 +87,27 @@ def test_critic_methods_run_on_the_tiny_llava(tiny_llava_dir: Path) -> None:
     with Judge("llava-critic-pairwise", spec, max_new_tokens=8) as judge:
         pair = judge.compare(EXAMPLES / "images" / "dog.jpg", "a dog runs", "two cats")
         assert pair.mode == "pairwise" and len(pair.raw) == 2 and pair.details.get("judge_preset") == "llava-1.5"
+
+
+def test_answer_length_differs_from_the_card_as_tabled_and_the_cards_length_is_one_option_away() -> None:
+    """The card decodes up to 4096 new tokens; the methods stop at 1024 (why: docs/methods.md, the
+    differences table) and --max-new-tokens 4096 decodes as the card does."""
+    from capjudge.prompts.registry import (
+        LLAVA_CRITIC_CARD_MAX_NEW_TOKENS,
+        LLAVA_CRITIC_MAX_NEW_TOKENS,
+    )
+
+    assert LLAVA_CRITIC_CARD_MAX_NEW_TOKENS == 4096
+    for name in ("llava-critic-pointwise", "llava-critic-pairwise"):
+        assert get_method(name).max_new_tokens == LLAVA_CRITIC_MAX_NEW_TOKENS
+    methods_md = (Path(__file__).resolve().parents[1] / "docs" / "methods.md").read_text(encoding="utf-8")
+    row = next(line for line in methods_md.splitlines() if line.startswith("| LLaVA-Critic: answer length |"))
+    assert f"max_new_tokens={LLAVA_CRITIC_CARD_MAX_NEW_TOKENS}" in row and f"up to {LLAVA_CRITIC_MAX_NEW_TOKENS} new tokens" in row
+    assert "`--max-new-tokens 4096`" in row
+    image = EXAMPLES / "images" / "dog.jpg"
+    for max_new_tokens in (None, LLAVA_CRITIC_CARD_MAX_NEW_TOKENS):
+        point, pair = ScriptedBackend("Score: 70"), ScriptedBackend("The better response: [1].")
+        Judge("llava-critic-pointwise", point, max_new_tokens=max_new_tokens).score(Sample(image, "a dog"))
+        Judge("llava-critic-pairwise", pair, max_new_tokens=max_new_tokens).compare(image, "a dog", "a cat")
+        sent = {c.config.max_new_tokens for c in point.calls + pair.calls}
+        assert sent == {max_new_tokens or LLAVA_CRITIC_MAX_NEW_TOKENS}

@@ -343,6 +343,18 @@ def test_default_fleur_equals_the_codes_arithmetic(answer: str, seed: int, image
         assert abs(result.score - official) < 1e-9, (method, answer, result.score, official)
 
 
+@pytest.mark.parametrize("answer", ["0", "1"])
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_bare_zero_or_one_is_smoothed_as_the_code_does(answer: str, seed: int, image: Any) -> None:
+    """fleur.py reads a bare "0" / "1" as 0.0 / 1.0 and smooths it at that digit's token."""
+    comp, official = _completion(answer, seed)
+    for method in ("fleur", "fleur-code"):
+        result = _judge_fleur(method, comp, image)
+        assert result.ok and result.smoothed, (method, result.error, result.details)
+        assert abs(result.score - official) < 1e-9, (method, answer, result.score, official)
+        assert result.raw_score == float(answer)
+
+
 def test_printed_second_decimal_is_the_named_alternative(image: Any) -> None:
     comp, official = _completion("0.80", 3)
     default = _judge_fleur("fleur", comp, image)

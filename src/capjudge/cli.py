@@ -27,7 +27,7 @@ T = TypeVar("T")
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_BACKEND, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
 
-EXIT_CODES_HELP = """exit codes (score, compare, explain, run-benchmark):
+EXIT_CODES_HELP = """exit codes (score, compare, arena, explain, run-benchmark):
   0    the run completed; samples that failed on their own (a corrupt image, an
        answer with no score) are error records in the results file
   1    the backend could not start (model not loadable, missing credentials)
@@ -43,6 +43,20 @@ EXIT_CODES_HELP = """exit codes (score, compare, explain, run-benchmark):
   130  interrupted; results written so far are kept
 probe and choose-one exit 0, 1, 2 or 130; meta-eval and report exit 1 when
 nothing could be measured."""
+
+# What `capjudge --help` shows first: commands that run as printed from the repository's root.
+EXAMPLES_HELP = """examples (from the repository's root; scripted: needs no model):
+  capjudge demo                      # the whole pipeline on a tiny random model (meaningless scores)
+  capjudge score --method vanilla --backend "scripted:I would rate it 85 out of 100." \\
+      --images examples/images --input examples/captions.jsonl --out out/try.jsonl --no-cache
+  capjudge score --method fleur --backend hf:llava-hf/llava-1.5-7b-hf \\
+      --images examples/images --input examples/captions.jsonl --out out/fleur.jsonl --html out/fleur.html
+  capjudge compare --backend openai:gpt-4o --images examples/images \\
+      --input examples/pairs.jsonl --out out/pairs.jsonl
+  capjudge arena --input examples/arena.jsonl --round-robin --backend "scripted:Answer 1" \\
+      --images examples/images --out out/battles.jsonl
+  capjudge agree out/fleur.jsonl out/try.jsonl  # how far two judges agree
+  capjudge methods                   # the judging methods; capjudge COMMAND --help for each command"""
 
 
 
@@ -733,7 +747,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="capjudge",
         description="Turn a vision-language model into a judge of image captions.",
-        epilog=EXIT_CODES_HELP,
+        epilog=EXAMPLES_HELP + "\n\n" + EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"capjudge {__version__}")

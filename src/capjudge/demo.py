@@ -103,8 +103,20 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
 
     explained = fleur.explain(samples[0])
     con.print(f"[bold]explain[/bold] {samples[0]['caption']!r}: score {explained.score}, why: {explained.explanation!r}")
-    con.print(f"results written to {out_dir}/ (fleur.jsonl, visce2.jsonl, ref-fleur.jsonl, pairs.jsonl, pairs-grading.jsonl)")
+    names = ["fleur.jsonl", "visce2.jsonl", "ref-fleur.jsonl", "pairs.jsonl", "pairs-grading.jsonl"]
+    report = _write_report(out_dir, names, ex / "images")
+    con.print(f"results written to {out_dir}/ ({', '.join(names)}); report: {report}")
     if tiny:
         con.print("[bold yellow]Reminder: tiny random model, meaningless scores. See README for real-model commands.[/bold yellow]")
     model.close()
     return 0
+
+
+def _write_report(out_dir: Path, names: list[str], images: Path) -> Path:
+    """The demo's HTML report (``report.html``): a tiny random model's results say so at the top
+    (:mod:`capjudge.report.random_model`)."""
+    from capjudge.report.html import write_html
+    from capjudge.report.pages import results_page
+
+    page = results_page([out_dir / n for n in names], images=images, title="capjudge demo", command="capjudge demo")
+    return write_html(page, out_dir / "report.html")

@@ -181,7 +181,7 @@ def _print_table(result: Any, usage: list[tuple[str, str]], seconds: float, args
         if lc:
             row.append(_pct(e.get("lc_win_rate")))
         t.add_row(*row)
-    t.caption = "BT: Bradley-Terry strength on the Elo scale, CI over images; W/L/T: decided battles; flips: battles whose two orders disagreed; words: mean caption length"
+    t.caption = "BT: Bradley-Terry strength on the Elo scale, CI over images; W/L/T: wins / losses / ties; flips: battles whose two orders disagreed; words: mean caption length"
     con.print(t)
     length = d["length"]
     bins = ", ".join(f"{b['words']} words: {_pct(b['longer_win_rate'])} of {b['battles']}" for b in length["bins"] if b["battles"])
@@ -195,7 +195,7 @@ def _print_table(result: Any, usage: list[tuple[str, str]], seconds: float, args
             ("battles planned", str(b["planned"])),
             ("asked now", str(b["asked"])),
             ("kept from --out", str(b["kept"])),
-            ("decided / failed", f"{b['decided']} / {b['failed']}"),
+            ("won / tied / failed", f"{b['won']} / {b['ties']} / {b['failed']}"),
             ("images", f"{d['images']['in_arena']} of {d['images']['with_two_models']}"),
             ("position flips", _pct(d["position_flip_share"])),
             ("seconds", f"{seconds:.1f}"),

@@ -21,7 +21,7 @@ def arena_page(result: Any, battles_file: str | Path, *, images: str | Path | No
     page.facts = [
         ("protocol", d["protocol"] + (f" against {d['baseline']}" if d["baseline"] else "")),
         ("judge", f"{d['method']} ({d['mode']}) on {d['backend']}"),
-        ("battles decided / failed", f"{d['battles']['decided']} / {d['battles']['failed']}"),
+        ("battles won / tied / failed", f"{d['battles']['won']} / {d['battles']['ties']} / {d['battles']['failed']}"),
         ("images", str(d["images"]["in_arena"])),
         ("position flips", _p(d["position_flip_share"])),
     ]

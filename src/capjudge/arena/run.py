@@ -35,6 +35,9 @@ class ArenaResult:
             "outside_plan": self.run.outside_plan,
             **out["battles"],
         }
+        # "decided" counts every verdict, ties included: say how many had a winner.
+        counts["ties"] = sum(int(e["ties"]) for e in out["leaderboard"]) // 2  # a tie counts for both models
+        counts["won"] = int(counts["decided"]) - counts["ties"]
         return {
             "leaderboard": out["leaderboard"],
             "protocol": self.plan.protocol,

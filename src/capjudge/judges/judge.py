@@ -23,6 +23,7 @@ from capjudge.judges.dispatch import generate_all, in_input_order
 from capjudge.judges.invariants import checked_score
 from capjudge.judges.scoring import ScoringRun, cached_note, image_key, sample_id, short
 from capjudge.judges.smoothing import (
+    BARE_SCORE_PATTERN,
     SCORE_PATTERN,
     CodeSearchError,
     smooth_by_code_search,
@@ -69,7 +70,14 @@ def _occurrence(text: str, parsed: Any) -> int:
     if parsed.span is None or parsed.value is None:
         return 0
     before = clean(coerce_text(text) or "")[: parsed.span[0]]
+    if _is_bare(parsed):
+        return sum(1 for m in BARE_SCORE_PATTERN.finditer(before) if float(m.group(1)) == parsed.value)
     return sum(1 for m in SCORE_PATTERN.finditer(before) if abs(float(m.group(0)) - parsed.value) < 1e-9)
+
+
+def _is_bare(parsed: Any) -> bool:
+    """The parser read a bare ``0`` or ``1`` (no decimals), which FLEUR's code smooths too."""
+    return parsed.value in (0.0, 1.0) and (parsed.matched or "").strip() in ("0", "1")
 
 
 class Judge:
@@ -266,8 +274,9 @@ class Judge:
         return self._prepare(index, sample, images)
 
     def request(self, prompt: str, image: LoadedImage, max_new_tokens: int) -> Request:
-        """A greedy request: the judge's system turn, then ``prompt`` with ``image``."""
-        return Request(self._messages(prompt, image), self._config(max_new_tokens, False))
+        """A request at the method's temperature (greedy unless ``--method-option temperature=``
+        says otherwise): the judge's system turn, then ``prompt`` with ``image``."""
+        return Request(self._messages(prompt, image), self._config(max_new_tokens, False, self.method.temperature))
 
     # ------------------------------------------------------------------ preparation
     def _prepare(self, index: int, sample: Sample | dict[str, Any], images: dict[Any, LoadedImage | str] | None = None) -> _Prepared:
@@ -343,7 +352,7 @@ class Judge:
             second = self.method.options.get("second_decimal", "official")
             # A spaced score ("0 5") is the whole answer: the first one in the tokens.
             occurrence = 0 if parsed.rule == "spaced" else _occurrence(out.text, parsed)
-            sm = smooth_from_steps(out.steps, expected=parsed.value, occurrence=occurrence, second_decimal=second, answer_form="spaced" if parsed.rule == "spaced" else "decimal") if out.steps and parsed.value is not None else None
+            sm = smooth_from_steps(out.steps, expected=parsed.value, occurrence=occurrence, second_decimal=second, answer_form="spaced" if parsed.rule == "spaced" else "decimal", bare=_is_bare(parsed)) if out.steps and parsed.value is not None else None
             if sm is not None:
                 details["digit_probs"] = {"first": sm.first, "second": sm.second, "units": sm.units}
                 return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
@@ -396,9 +405,30 @@ class Judge:
         return self._result(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
 
     # ------------------------------------------------------------------ public API
-    def score(self, sample: Sample | dict[str, Any]) -> ScoreResult:
-        """Score one sample (an ``error`` result on failure; never raises for bad input)."""
-        return next(iter(self.score_many([sample])))
+    def score(
+        self,
+        sample: Sample | dict[str, Any] | ImageInput,
+        caption: str | None = None,
+        references: Sequence[str] = (),
+        *,
+        id: str | None = None,
+    ) -> ScoreResult:
+        """Score one sample (an ``error`` result on failure; never raises for bad input).
+
+        Either a :class:`Sample` (or a dict with ``image``, ``caption``[, ``references``, ``id``]),
+        or the image and its caption: ``judge.score("cats.jpg", "two cats")``, optionally with
+        ``references`` and ``id``, as :meth:`compare` takes them. An image without a caption is an
+        error result, as any other bad sample.
+        """
+        if caption is not None:
+            if isinstance(sample, (Sample, dict)):
+                raise TypeError("Judge.score: give a Sample (or dict), or an image and a caption, not both")
+            refs = (references,) if isinstance(references, str) else tuple(references)
+            sample = Sample(sample, caption, references=refs, id=id)
+        elif references or id is not None:
+            raise TypeError("Judge.score: references and id go with an image and a caption; a Sample carries its own")
+        item: Any = sample  # anything else becomes an error record, as in score_many
+        return next(iter(self.score_many([item])))
 
     def score_many(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[ScoreResult]:
         """Score samples, yielding one result per sample, in input order, as soon as it and every

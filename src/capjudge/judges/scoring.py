@@ -296,7 +296,7 @@ class ScoringRun:
                 self._fail(prep, f"sample {_sid(prep)}: {exc}")
             return
         assert group[0].image is not None
-        request = Request(judge._messages(prompt, group[0].image), judge._config(max(judge.method.max_new_tokens, 16 * len(group)), False))
+        request = Request(judge._messages(prompt, group[0].image), judge._config(max(judge.method.max_new_tokens, 16 * len(group)), False, judge.method.temperature))
         self.executor.add(request, lambda out: self._list_answered(group, out))
 
     def _list_answered(self, group: list[_Prepared], out: Answer) -> None:

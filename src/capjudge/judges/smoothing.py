@@ -4,7 +4,9 @@ The model writes a score such as ``0.85``. Smoothing replaces the printed decima
 values under the model's own distribution over the digit tokens at those positions:
 ``0.1 * sum(i * p1[i]) + 0.01 * sum(i * p2[i])``. Probabilities are the full-vocabulary softmax
 (not renormalised over the ten digits), as in FLEUR's code. For an answer of exactly ``1.0`` the
-distribution at the units digit is used instead: ``0.9 * P("0") + 1.0 * P("1")``.
+distribution at the units digit is used instead: ``0.9 * P("0") + 1.0 * P("1")``. A bare ``0`` or
+``1`` is smoothed as the code smooths it (it reads them as ``0.0`` and ``1.0``): ``0.1 * E[digit]``
+at the ``0`` and the ``1.0`` rule at the ``1``.
 
 Second decimal: FLEUR's code adds it only when ``len(str(float(answer))) > 3``, so ``0.80``,
 ``0.10`` and ``0.00`` count as one-decimal answers; that is the default here
@@ -37,6 +39,11 @@ SCORE_PATTERN = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?(\d*)")
 SPACED_SCORE_PATTERN = re.compile(r"(?<![\d.])([01])[ \t]+(\d)(\d)?(\d*)(?![\d.])")
 """A 0-1 score written with a space for the decimal point, as MiniGPT-v2 answers FLEUR's prompt
 (``0 5``, ``0 9``; the FLEUR paper, Sec. 5.4): the same groups as :data:`SCORE_PATTERN`."""
+
+BARE_SCORE_PATTERN = re.compile(r"(?<![\d.])([01])(?!\d|\.\d)")
+"""A bare ``0`` or ``1`` (no decimals). FLEUR's code reads it as ``0.0`` / ``1.0`` and smooths it at
+that digit's token: ``0.1 * E[digit]`` for ``0`` (as a first decimal), ``0.9 * P("0") + P("1")``
+for ``1``; so does :func:`smooth_from_steps`."""
 
 AnswerForm = Literal["decimal", "spaced"]
 
@@ -150,6 +157,7 @@ def smooth_from_steps(
     *,
     second_decimal: SecondDecimal = "official",
     answer_form: AnswerForm = "decimal",
+    bare: bool = False,
 ) -> Smoothed | None:
     """Locate the printed ``0.x[y]`` or ``1.0`` score in the generated tokens and smooth it.
 
@@ -161,10 +169,16 @@ def smooth_from_steps(
     the first decimal is the digit token after the space, whether the tokenizer gives the space a
     token of its own or merges it into the digit's). Returns ``None`` when the tokens hold no such
     score or carry no probabilities there (the caller then falls back to the raw score and says so).
+
+    ``bare=True``: the parser read a bare ``0`` or ``1`` (``expected`` 0.0 or 1.0; ``occurrence``
+    counts bare numbers of that value): it is smoothed as FLEUR's code smooths it
+    (:data:`BARE_SCORE_PATTERN`).
     """
     if not steps:
         return None
     text, owner, offset = _char_to_step(steps)
+    if bare:
+        return _smooth_bare(steps, text, owner, offset, expected, occurrence)
     pattern = SPACED_SCORE_PATTERN if answer_form == "spaced" else SCORE_PATTERN
     same = [c for c in pattern.finditer(text) if expected is None or abs(float(_as_decimal(c)) - expected) < 1e-9]
     m = same[occurrence] if occurrence < len(same) else (same[-1] if same else None)
@@ -195,6 +209,24 @@ def smooth_from_steps(
         step2 = steps[owner[pos2]]
         second = digit_distribution(step2, _offset_in_stripped(step2, offset[pos2]))
     return Smoothed(score=expected_digit_score(first, second), raw_score=raw, first=first, second=second)
+
+
+def _smooth_bare(steps: Sequence[TokenStep], text: str, owner: list[int], offset: list[int], expected: float | None, occurrence: int) -> Smoothed | None:
+    """A bare ``0`` / ``1`` smoothed at its digit's step, as ``fleur.py`` does (its ``score_check``
+    is ``0.0`` / ``1.0``: the ``0`` step's digits weighted by 0.1, or the ``1`` step's units rule)."""
+    if expected not in (0.0, 1.0):
+        return None
+    same = [c for c in BARE_SCORE_PATTERN.finditer(text) if float(c.group(1)) == expected]
+    m = same[occurrence] if occurrence < len(same) else (same[-1] if same else None)
+    if m is None:
+        return None
+    step = steps[owner[m.start(1)]]
+    probs = digit_distribution(step, _offset_in_stripped(step, offset[m.start(1)]))
+    if probs is None:
+        return None
+    if expected == 1.0:
+        return Smoothed(score=units_score(probs), raw_score=1.0, units=probs)
+    return Smoothed(score=expected_digit_score(probs), raw_score=0.0, first=probs)
 
 
 def _as_decimal(m: re.Match[str]) -> str:

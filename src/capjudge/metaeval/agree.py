@@ -75,6 +75,7 @@ class PairComparison:
     disagreements: list[dict[str, Any]] = field(default_factory=list)
     confusion: list[list[int]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    undefined: dict[str, str] = field(default_factory=dict)  # measure -> why it has no value
     # Score judges: the joined scores and the positions of ``disagreements`` in them (for plots;
     # not part of the JSON).
     scores: tuple[list[float], list[float]] = field(default=([], []), repr=False)
@@ -95,6 +96,8 @@ class PairComparison:
         else:
             out["confusion"] = {"rows": self.a, "columns": self.b, "labels": ["A", "B", "tie"], "table": self.confusion}
         out["notes"] = list(self.notes)
+        if self.undefined:
+            out["undefined"] = dict(self.undefined)
         return _clean(out)
 
 
@@ -207,6 +210,10 @@ def _compare_verdicts(fa: JudgeFile, fb: JudgeFile, mode: KeyMode, bootstrap: in
         "cohen_kappa": 100.0 * float(S.cohen_kappa_from_table(table)) if x.size else math.nan,
         "agreement": 100.0 * float(np.trace(table)) / x.size if x.size else math.nan,
     }
+    why = S.kappa_undefined_reason(table)
+    if why is not None:
+        pc.undefined["cohen_kappa"] = why
+        pc.notes.append(f"Cohen's kappa is undefined ({why})")
     if bootstrap and x.size >= 2:
         pc.ci = S.verdict_bootstrap(x, y, n_resamples=bootstrap, seed=seed)
     if any(r.swapped != s.swapped for r, s in zip(j.a, j.b, strict=True)):
@@ -249,6 +256,9 @@ def _fleiss(files: Sequence[JudgeFile], bootstrap: int, seed: int) -> dict[str, 
         "fleiss_kappa": 100.0 * float(S.fleiss_kappa_from_counts(counts)) if common else math.nan,
         "agreement": 100.0 * float(unanimous.mean()) if common else math.nan,
     }
+    why = S.fleiss_undefined_reason(counts)
+    if why is not None:
+        out["undefined"] = {"fleiss_kappa": why}
     if bootstrap and len(common) >= 2:
         out["ci95"] = {k: list(v) for k, v in S.fleiss_bootstrap(counts, n_resamples=bootstrap, seed=seed).items()}
     out["agreement_means"] = "share of samples on which every judge gave the same verdict"

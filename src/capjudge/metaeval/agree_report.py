@@ -59,7 +59,8 @@ def _pair_measures(pc: PairComparison) -> Any:
         t.add_row(f"  ... opposite / tied by {pc.a} only / by {pc.b} only / by both", f"{sp.get('opposite', 0)} / {sp.get('tied_a_only', 0)} / {sp.get('tied_b_only', 0)} / {sp.get('tied_both', 0)}")
         t.add_row("compared by", "ranks (scales differ)" if pc.comparison == "ranks" else "values (same scale)")
     else:
-        t.add_row("Cohen's kappa (x100)", _with_ci(pc, "cohen_kappa"))
+        why = pc.undefined.get("cohen_kappa")
+        t.add_row("Cohen's kappa (x100)", _with_ci(pc, "cohen_kappa") + (f" ({why.split(':')[0]}; see the note)" if why else ""))
         t.add_row("agreement (%)", _with_ci(pc, "agreement"))
     c = pc.counts
     t.add_row("only in " + pc.a, str(c["only_a"]))
@@ -143,7 +144,9 @@ def render(report: AgreeReport, console: Any) -> None:
         if report.kind == "pairwise":
             ci = ov.get("ci95", {})
             fk = _f(ov.get("fleiss_kappa")) + (f" [{_f(ci['fleiss_kappa'][0])}, {_f(ci['fleiss_kappa'][1])}]" if "fleiss_kappa" in ci else "")
-            console.print(f"all {len(report.judges)} judges on {ov['n']} common samples: Fleiss' kappa (x100) {fk}, unanimous {_f(ov.get('agreement'))}%")
+            console.print(f"all {len(report.judges)} judges on {ov['n']} common samples: Fleiss' kappa (x100) {fk}, unanimous {_f(ov.get('agreement'))}%", markup=False)
+            if "fleiss_kappa" in ov.get("undefined", {}):
+                console.print(f"note: Fleiss' kappa is undefined ({ov['undefined']['fleiss_kappa']})", markup=False)
         else:
             console.print(f"{ov['n']} samples judged successfully by every judge")
     for pc in report.pairs:

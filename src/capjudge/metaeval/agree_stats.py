@@ -302,6 +302,40 @@ def cohen_kappa_from_table(table: np.ndarray) -> np.ndarray | float:
     return float(k) if np.ndim(k) == 0 else k
 
 
+def kappa_undefined_reason(table: np.ndarray) -> str | None:
+    """Why Cohen's kappa of a 3x3 verdict table is undefined (``None`` when it is defined): no
+    samples, or both judges gave one and the same verdict to every sample (chance agreement 1).
+    The reason starts with a short label (``"no overlap"``, ``"one verdict only"``) and a colon."""
+    t = np.asarray(table)
+    n = int(t.sum())
+    if n == 0:
+        return "no overlap: no sample has a verdict from both judges"
+    rows, cols = t.sum(axis=1), t.sum(axis=0)
+    i, j = int(rows.argmax()), int(cols.argmax())
+    if rows[i] == n and cols[j] == n and i == j:
+        return (
+            f"one verdict only: both judges gave {VERDICTS[i]!r} to all {n} samples, so chance agreement "
+            "is 100% and kappa divides by zero (the agreement rate still counts)"
+        )
+    return None
+
+
+def fleiss_undefined_reason(counts: np.ndarray) -> str | None:
+    """Why Fleiss' kappa of an ``(items, A/B/tie)`` count table is undefined, as
+    :func:`kappa_undefined_reason` says it for Cohen's (``None`` when defined)."""
+    c = np.asarray(counts)
+    if c.shape[0] == 0:
+        return "no overlap: no sample has a verdict from every judge"
+    totals = c.sum(axis=0)
+    if np.count_nonzero(totals) == 1:
+        i = int(totals.argmax())
+        return (
+            f"one verdict only: every judge gave {VERDICTS[i]!r} to all {c.shape[0]} samples, so chance agreement "
+            "is 100% and kappa divides by zero (the agreement rate still counts)"
+        )
+    return None
+
+
 def cohen_kappa(x: Sequence[str], y: Sequence[str]) -> float:
     """Cohen's kappa of two judges' A/B/tie verdicts on the same items (in [-1, 1]; NaN when
     undefined)."""

@@ -2,8 +2,9 @@
 
 ``register(subparsers)`` adds it to the ``capjudge`` parser (standard library only at import).
 Exit codes: 0 compared (within ``--tolerance`` when one is given), 1 a backend could not start,
-2 usage error (found before any model loads), 4 outside ``--tolerance`` (a score difference above
-it, a verdict flip or a prompt difference), 130 interrupted.
+2 usage error (found before any model loads), 5 outside ``--tolerance`` (a score difference above
+it, a verdict flip or a prompt difference: the reasons, the tolerance and the largest difference go
+to stderr), 130 interrupted.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
+import sys
 from typing import Any
 
 EXIT_OUTSIDE_TOLERANCE = 5  # 4 is --batch "submitted, still running"
@@ -102,13 +105,52 @@ def cmd_parity(args: argparse.Namespace) -> int:
         prompt_checks=args.prompt_checks, image_options=image_options(args),
     )  # fmt: skip
     report.notes.extend(f"unreadable row skipped: {b}" for b in bad + bad_pairs)
+    labels = backend_labels(report.backend_a, report.backend_b, opts_a, opts_b)
+    failures = report.tolerance_failures(args.tolerance) if args.tolerance is not None else []
     if args.format == "json":
-        print(json.dumps(report.to_dict(), ensure_ascii=False))
+        out = report.to_dict()
+        if args.tolerance is not None:
+            out.update(tolerance=args.tolerance, outside_tolerance=failures)
+        print(json.dumps(out, ensure_ascii=False))
     else:
-        _print(report)
-    if args.tolerance is not None and not report.within(args.tolerance):
+        _print(report, labels)
+    if args.tolerance is not None:
+        _print_tolerance(args.tolerance, report.max_abs_diff, failures, labels)
+    if failures:
         return EXIT_OUTSIDE_TOLERANCE
     return 0
+
+
+def backend_labels(spec_a: str, spec_b: str, opts_a: dict[str, Any], opts_b: dict[str, Any]) -> tuple[str, str]:
+    """How the report names the two backends: each spec with the options in which they differ
+    (secret-looking values masked), so that two rows of one spec can be told apart."""
+    from capjudge.redact import MASK, scrub
+
+    differing = sorted(k for k in set(opts_a) | set(opts_b) if opts_a.get(k) != opts_b.get(k))
+
+    def label(spec: str, opts: dict[str, Any]) -> str:
+        shown = [f"{k}={MASK if _SECRET_OPTION.search(k) else opts[k]}" if k in opts else f"{k} unset" for k in differing]
+        return scrub(spec + (f" [{', '.join(shown)}]" if shown else ""))
+
+    a, b = label(spec_a, opts_a), label(spec_b, opts_b)
+    if a == b:  # same spec and options: say so rather than print one row twice
+        a, b = f"{a} (same as b)", f"{b} (same as a)"
+    return a, b
+
+
+_SECRET_OPTION = re.compile(r"key|token|secret|password|auth", re.IGNORECASE)
+
+
+def _print_tolerance(tolerance: float, largest: float | None, failures: list[str], labels: tuple[str, str]) -> None:
+    """The verdict on ``--tolerance`` (stderr: stdout's last line stays the JSON object)."""
+    if not failures:
+        print(f"capjudge parity: within --tolerance {tolerance:g} (largest score difference {_num(largest, '{:.4g}')})", file=sys.stderr)
+        return
+    print(
+        f"capjudge parity: outside --tolerance {tolerance:g} (exit {EXIT_OUTSIDE_TOLERANCE}) between a = {labels[0]} and b = {labels[1]}: "
+        + "; ".join(failures),
+        file=sys.stderr,
+    )
 
 
 def _num(v: Any, fmt: str = "{:.3g}") -> str:
@@ -117,16 +159,17 @@ def _num(v: Any, fmt: str = "{:.3g}") -> str:
     return fmt.format(v)
 
 
-def _print(r: Any) -> None:
+def _print(r: Any, labels: tuple[str, str]) -> None:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     t = Table(title=f"parity: {r.method}", show_header=False)
     t.add_column("what")
     t.add_column("value")
     rows = [
-        ("backend a", r.backend_a),
-        ("backend b", r.backend_b),
+        ("backend a", escape(labels[0])),
+        ("backend b", escape(labels[1])),
         ("samples scored on both", f"{r.n_both} of {r.n} (errors: a {r.errors_a}, b {r.errors_b})"),
         ("smoothed scores", f"a {r.smoothed_a}, b {r.smoothed_b}"),
         ("max |score a - score b|", _num(r.max_abs_diff)),

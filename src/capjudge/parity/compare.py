@@ -85,14 +85,23 @@ class ParityReport:
     def within(self, tolerance: float) -> bool:
         """No prompt difference, no verdict flip, no sample failed on one backend only, and every
         score within ``tolerance``."""
-        return (
-            self.prompt_differs == 0
-            and self.one_sided_errors == 0
-            and self.verdict_flips == 0
-            and self.n_both > 0
-            and self.max_abs_diff is not None
-            and self.max_abs_diff <= tolerance
-        )
+        return not self.tolerance_failures(tolerance)
+
+    def tolerance_failures(self, tolerance: float) -> list[str]:
+        """Why the backends are not within ``tolerance``, one sentence per reason (empty: within)."""
+        out = []
+        if self.n_both == 0 or self.max_abs_diff is None:
+            out.append("no sample was scored on both backends")
+        elif self.max_abs_diff > tolerance:
+            where = f" (sample {self.worst[0].id})" if self.worst and self.worst[0].id is not None else ""
+            out.append(f"largest score difference {self.max_abs_diff:.4g}{where} > tolerance {tolerance:g}")
+        if self.one_sided_errors:
+            out.append(f"{self.one_sided_errors} sample(s) failed on one backend only (errors: a {self.errors_a}, b {self.errors_b})")
+        if self.verdict_flips:
+            out.append(f"{self.verdict_flips} verdict flip(s) of {self.n_pairs_both} pairs")
+        if self.prompt_differs:
+            out.append(f"the prompt tokens differ on {self.prompt_differs} of {self.prompt_checked} checked samples")
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (``nan`` becomes ``None``)."""

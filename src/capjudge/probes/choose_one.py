@@ -18,13 +18,16 @@ fluency perturbations (repetition, truncation, incoherent run-ons) of the true c
 from __future__ import annotations
 
 import random
+import re
 import statistics
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from capjudge.probes.perturbations import DEFAULT_FLAW_KINDS, PerturbOptions, perturb, resolve_kinds
 from capjudge.probes.runner import whole_lists
+from capjudge.redact import stable
 from capjudge.rowtext import FieldError, text_value
 from capjudge.types import ImageInput, Sample, image_label, normalize_caption
 
@@ -55,6 +58,22 @@ class ChoiceOutcome:
     correct: float | None = None  # expected under a random tie-break
     strict: bool | None = None
     error: str | None = None
+    causes: list[str] = field(default_factory=list, repr=False)  # each failed candidate's cause
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (``causes`` are summed up in the report's ``error_causes``)."""
+        d = asdict(self)
+        d.pop("causes")
+        return d
+
+
+TOP_CAUSES = 5
+_SAMPLE_PREFIX = re.compile(r"^(?:sample|group) .*?: (?:backend error: )?")
+
+
+def error_cause(error: str | None) -> str:
+    """A candidate's error without the sample it names, so that equal causes count together."""
+    return _SAMPLE_PREFIX.sub("", stable(error or "unknown cause")).strip() or "unknown cause"
 
 
 @dataclass
@@ -75,10 +94,14 @@ class ChooseOneReport:
     ties_at_top: int
     chance: float | None
     outcomes: list[ChoiceOutcome]
+    # Why groups were not ranked: each failed candidate's cause and how often it came up, most
+    # common first (at most ``TOP_CAUSES``).
+    error_causes: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self, *, with_groups: bool = True) -> dict[str, Any]:
         """JSON form."""
         d = asdict(self)
+        d["outcomes"] = [o.to_dict() for o in self.outcomes]
         if not with_groups:
             d.pop("outcomes")
         return d
@@ -171,6 +194,7 @@ def _outcome(group: ChoiceGroup, gid: str, cands: list[str], truth: list[bool], 
     scores = [r.score if r.ok else None for r in results]
     out = ChoiceOutcome(id=gid, image=image_label(group.image), candidates=cands, is_true=truth, scores=scores)
     failed = [r for r in results if not r.ok]
+    out.causes = [error_cause(r.error) for r in failed]
     if failed:
         out.error = f"group {gid}: {len(failed)} of {len(results)} candidates not scored; first: {failed[0].error}"
         return out
@@ -224,4 +248,5 @@ def run_choose_one(judge: Judge, groups: Iterable[ChoiceGroup], *, seed: int = 0
         ties_at_top=sum(len(o.top) > 1 for o in done),
         chance=100.0 * statistics.fmean(sum(o.is_true) / len(o.is_true) for o in outcomes) if outcomes else None,
         outcomes=outcomes,
+        error_causes=dict(Counter(c for o in outcomes for c in o.causes).most_common(TOP_CAUSES)),
     )

@@ -95,6 +95,9 @@ def choose_one_markdown(report: ChooseOneReport) -> str:
         "Accuracy (%): a true caption ranked first, ties at the top counted as a random tie-break would be;"
         " strict: a unique true winner; chance: share of true captions among the candidates.",
     ]
+    if report.n_errors:
+        lines += ["", f"{report.n_errors} group(s) not ranked (a candidate could not be scored); causes, most common first:"]
+        lines += [f"- {n} x {cause}" for cause, n in report.error_causes.items()]
     return "\n".join(lines) + "\n"
 
 

@@ -297,6 +297,13 @@ def list_methods() -> list[str]:
     return sorted(_METHODS)
 
 
+# The LLaVA-Critic model card's Quick Start decodes greedily with max_new_tokens=4096; the methods
+# stop at 1024 (docs/methods.md, "Differences from the official code"): greedy answers shorter than
+# that are the same, and 4096 plus the prompt exceeds the 4096-token context of LLaVA-1.5-class
+# judges, which the HF backend refuses. --max-new-tokens 4096 decodes as the card does.
+LLAVA_CRITIC_MAX_NEW_TOKENS = 1024
+LLAVA_CRITIC_CARD_MAX_NEW_TOKENS = 4096
+
 # The VisCE2 code's decoding (src/models/llava_v15.py): sampling at temperature 0.2, up to 1024 new
 # tokens, for both steps; its released runs loaded LLaVA in 4 bits (hf backend option load_4bit).
 _VISCE2_CODE: dict[str, Any] = dict(
@@ -332,8 +339,8 @@ for _m in (
     Method("gpt4v-pairwise", "gpt4v_pairwise", kind="pairwise", max_new_tokens=256, source="gpt4v", paper="Sec. 2, pairwise comparison", description="Pairwise comparison (Answer 1 / Answer 2 / Tie), asked in both orders and combined by the dual-sided vote."),
     Method("fleur-hardened", "fleur_hardened", paper="FLEUR paper Sec. 3.1 with the caption delimited as data", description="FLEUR with the caption between markers and a note that text inside them is data, not instructions (opt-in hardening).", **_FLEUR),
     Method("vanilla-hardened", "vanilla_hardened", system=LLAVA_V1_SYSTEM, paper="VisCE2 paper Table 5 (Vanilla) with the caption delimited as data", description="Vanilla with the caption between markers and a note that text inside them is data, not instructions (opt-in hardening)."),
-    Method("llava-critic-pointwise", "llava_critic_pointwise", max_new_tokens=1024, source="llava-critic", paper="model card Quick Start, pointwise scoring (https://huggingface.co/lmms-lab/llava-critic-7b)", description="LLaVA-Critic's published pointwise prompt: score the caption out of 100 with reasons; read by capjudge's rules."),
-    Method("llava-critic-pairwise", "llava_critic_pairwise", kind="pairwise", max_new_tokens=1024, source="llava-critic", paper="model card Quick Start, pairwise ranking (https://huggingface.co/lmms-lab/llava-critic-7b)", description="LLaVA-Critic's published pairwise prompt (first / second response), asked in both orders; 'The better response: [1]' or 'Two responses are equally good'."),
+    Method("llava-critic-pointwise", "llava_critic_pointwise", max_new_tokens=LLAVA_CRITIC_MAX_NEW_TOKENS, source="llava-critic", paper="model card Quick Start, pointwise scoring (https://huggingface.co/lmms-lab/llava-critic-7b)", description="LLaVA-Critic's published pointwise prompt: score the caption out of 100 with reasons; read by capjudge's rules."),
+    Method("llava-critic-pairwise", "llava_critic_pairwise", kind="pairwise", max_new_tokens=LLAVA_CRITIC_MAX_NEW_TOKENS, source="llava-critic", paper="model card Quick Start, pairwise ranking (https://huggingface.co/lmms-lab/llava-critic-7b)", description="LLaVA-Critic's published pairwise prompt (first / second response), asked in both orders; 'The better response: [1]' or 'Two responses are equally good'."),
     Method("listwise", "listwise", kind="listwise", scale=(0.0, 1.0), max_new_tokens=128, source="cobra", paper="Fig. 4, GPT-4V listwise grading", description="All candidate captions of an image in one prompt, each scored 0-1."),
 ):
     register_method(_m)

@@ -85,3 +85,4 @@ class Page:
     facts: list[tuple[str, str]] = field(default_factory=list)
     sections: list[Section] = field(default_factory=list)
     command: str = ""
+    warnings: list[str] = field(default_factory=list)  # shown first, in a box: e.g. a random model

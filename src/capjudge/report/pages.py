@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from capjudge.probes.report import _pct, _share
 from capjudge.report import figures
 from capjudge.report.model import Column, Page, SampleTable, Section, StatTable
+from capjudge.report.random_model import random_model_warnings
 from capjudge.report.records import (
     DEFAULT_MAX_ROWS,
     ResultsFile,
@@ -121,6 +122,7 @@ def results_page(
     labels = list(names) if names else [Path(p).name for p in paths]
     page = Page(title=title or ("capjudge report: " + ", ".join(labels)), thumbs=thumbs, command=command)
     page.facts = [("results files", str(len(files))), ("records", str(sum(len(f.records) for f in files)))]
+    page.warnings = random_model_warnings((label, (r for _, r in rf.records)) for rf, label in zip(files, labels, strict=True))
     if with_agree and len(files) >= 2:
         from capjudge.metaeval.agree import agree
 

@@ -45,7 +45,9 @@ from capjudge.backends.base import (
     TokenStep,
     Usage,
 )
+from capjudge.backends.hf import hub
 from capjudge.backends.hf.prefix import PrefixReuser
+from capjudge.backends.hf.quiet import quiet_libraries
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import OptionError, as_bool, as_int, check_known
 from capjudge.backends.presets import (
@@ -578,10 +580,22 @@ def defuse(text: str, image_token: str | None) -> str:
     return text.replace(image_token, image_token[:1] + " " + image_token[1:])
 
 def _local_only(model: str, local_files_only: bool | None) -> bool:
-    """Read local files only: as asked, else when ``HF_HUB_OFFLINE`` is set or the model is a folder."""
+    """Read local files only: as asked, else when ``HF_HUB_OFFLINE`` is set, the model is a folder,
+    or the hub cannot be reached (probed once per process: see :mod:`capjudge.backends.hf.hub`).
+    Raises a :class:`BackendError` with what to do when the hub cannot be reached and the model is
+    not in the local cache, instead of letting the hub client retry for a minute."""
+    quiet_libraries()
     if local_files_only is not None:
         return bool(local_files_only)
-    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on") or Path(model).is_dir()
+    if os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on") or Path(model).is_dir():
+        return True
+    status = hub.hub_status()
+    if status.reachable:
+        return False
+    if hub.is_cached(model):
+        hub.note_cache_only(model, status)
+        return True
+    raise BackendError(hub.offline_hint(model, status))
 
 
 def _load_failure(model: str, exc: OSError) -> BackendError:
