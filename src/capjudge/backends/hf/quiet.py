@@ -21,7 +21,7 @@ log = logging.getLogger("capjudge.backends.hf")
 
 _LIBRARIES = ("transformers", "huggingface_hub")
 _lock = threading.Lock()
-_installed = False
+_MARK = "_capjudge_routes_library_deprecations"
 
 
 def quiet_libraries() -> None:
@@ -45,12 +45,10 @@ def _single_hub_handler() -> None:
 
 
 def _route_library_deprecations() -> None:
-    global _installed
     with _lock:
-        if _installed:
-            return
-        _installed = True
         previous = warnings.showwarning
+        if getattr(previous, _MARK, False):
+            return  # installed; checked on the hook itself, since warnings.catch_warnings restores the old one
 
         def show(message: Warning | str, category: type[Warning], filename: str, lineno: int, file: TextIO | None = None, line: str | None = None) -> None:
             if is_library_deprecation(category, filename):
@@ -58,6 +56,7 @@ def _route_library_deprecations() -> None:
                 return
             previous(message, category, filename, lineno, file, line)
 
+        setattr(show, _MARK, True)
         warnings.showwarning = show
 
 
