@@ -60,6 +60,7 @@ from capjudge.backends.base import (
     Usage,
 )
 from capjudge.backends.llamacpp.chat_template import render_chat_template
+from capjudge.backends.llamacpp.specials import Defuser, control_texts
 from capjudge.backends.llamacpp.families import (
     GGUFPair,
     UnsupportedModelError,
@@ -273,6 +274,8 @@ class LlamaCppBackend(Backend):
         self._strip_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self._bos_text = self._special_text(llama_cpp.llama_vocab_bos(self._vocab))
         self._eos_text = self._special_text(llama_cpp.llama_vocab_eos(self._vocab))
+        # Message text (captions, references, context) never becomes a control token.
+        self._defuse = Defuser(control_texts(llama_cpp, self._vocab, self.n_vocab))
         self.capabilities = Capabilities(
             logprobs=True,
             max_top_logprobs=MAX_TOP_LOGPROBS,
@@ -326,7 +329,9 @@ class LlamaCppBackend(Backend):
         return self._llm._model.token_get_text(token)
 
     def render(self, messages: Sequence[Message]) -> str:
-        """The prompt text of a conversation in the chosen format, libmtmd's marker per image."""
+        """The prompt text of a conversation in the chosen format, libmtmd's marker per image;
+        a control-token text inside a message's text is broken up (:mod:`.specials`)."""
+        messages = [Message(m.role, self._defuse(m.content), images=m.images) for m in messages]
         if self.pair.prompt_format == "llava_v1":
             return render_llava_v1(messages, self._marker)
         assert self.pair.chat_template is not None
