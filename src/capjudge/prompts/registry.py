@@ -26,7 +26,13 @@ import jinja2
 import jinja2.meta
 import jinja2.sandbox
 
-from capjudge.prompts.sandbox import BoundedSandbox, RenderLimitError, UnsafeTemplateError, check_source, render_bounded
+from capjudge.prompts.sandbox import (
+    BoundedSandbox,
+    RenderLimitError,
+    UnsafeTemplateError,
+    check_source,
+    render_bounded,
+)
 
 LLAVA_V1_SYSTEM = (
     "A chat between a curious human and an artificial intelligence assistant. "

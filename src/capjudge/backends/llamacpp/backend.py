@@ -60,7 +60,6 @@ from capjudge.backends.base import (
     Usage,
 )
 from capjudge.backends.llamacpp.chat_template import render_chat_template
-from capjudge.backends.llamacpp.specials import Defuser, control_texts
 from capjudge.backends.llamacpp.families import (
     GGUFPair,
     UnsupportedModelError,
@@ -68,6 +67,7 @@ from capjudge.backends.llamacpp.families import (
     read_pair,
     supported_families,
 )
+from capjudge.backends.llamacpp.specials import Defuser, control_texts
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import as_bool, as_int, check_known
 from capjudge.images import LoadedImage
