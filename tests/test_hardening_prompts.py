@@ -59,8 +59,11 @@ def test_template_file_construct_is_refused_before_the_run(tmp_path: Path, capsy
         ("{% for i in range(9000) %}{% for j in range(9000) %}xxxxxxxxxxxxxxxxxxxx{% endfor %}{% endfor %}{{ caption }}", "more than 1000000 characters"),
         ('{% set ns = namespace(s=caption) %}{% for i in range(60) %}{% set ns.s = ns.s ~ ns.s %}{% endfor %}{{ ns.s }}', "joined with ~"),
         ('{{ caption * 10**8 }}', "the result of *"),
-        ('{{ caption|center(10**9) }}', "filter 'center'"),
-        ('{{ "{:999999999}".format(caption) }}', "str.format"),
+        ('{{ caption|center(10**9) }}', "center() was given 1000000000"),
+        ('{{ "{:999999999}".format(caption) }}', "str.format has a width or precision over"),
+        ('{{ "%999999999s"|format(caption) }}', "format filter's format has a width"),
+        ('{{ caption|replace("", "x" * 1000000) }}', "replace() would make a string longer"),
+        ("{{ ([caption] * 10**6)|join }}", "the result of * would be longer than 10000 items"),
         ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "recursed too deeply"),
     ],
 )
@@ -86,6 +89,8 @@ def test_legitimate_template_with_loops_filters_and_ranges_still_works(tmp_path:
     template = (
         '{% for n in range(3) %}{{ loop.index }}{% endfor %} Rate "{{ caption|trim }}" from 0 to {{ 10 * 10 }}.\n'
         "{% for r in references %}{% for w in r.split()[:2] %}{{ w ~ '.' }}{% endfor %}{% endfor %}{{ '%s!'|format('go') }}"
+        # numbers and format characters as data are not sizes: never refused
+        "{{ '%d of %s'|format(123456789, caption ~ ' 100% {99999999}') }} {{ '{:>8}'.format(2**40) }} {{ (caption ~ ' 5551234567%')|trim }}"
     )
     assert _score(tmp_path, template, out) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]

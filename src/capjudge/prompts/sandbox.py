@@ -9,8 +9,9 @@ loops nested a few deep run for hours. A user template (``--template-file``,
   ``range()`` with a constant size above :data:`MAX_RANGE` and ``{% for %}`` loops nested deeper
   than :data:`MAX_LOOP_DEPTH` are refused with the construct and its line;
 * **bounded when it is rendered** (:func:`render_bounded`): loop iterations and calls together at
-  most :data:`MAX_STEPS`, output at most :data:`MAX_OUTPUT` characters, strings and lists built by
-  ``*``, ``+``, ``~``, ``%`` and formatting at most that long, integers at most :data:`MAX_INT_BITS`
+  most :data:`MAX_STEPS`, output at most :data:`MAX_OUTPUT` characters, strings built by ``*``,
+  ``+``, ``~``, ``%``, ``replace`` and formatting at most that long (lists repeated by ``*`` at most
+  :data:`MAX_RANGE` items), integers at most :data:`MAX_INT_BITS`
   bits, and :data:`MAX_SECONDS` of wall time. A render over a bound raises :class:`RenderLimitError`
   naming it (the judge records it as that row's error).
 """
@@ -20,7 +21,7 @@ from __future__ import annotations
 import functools
 import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any
@@ -45,7 +46,10 @@ MAX_SECONDS = 5.0
 _LOOP = "__capjudge_loop"
 _CONCAT = "__capjudge_concat"
 _LOADERS = {nodes.Include: "include", nodes.Import: "import", nodes.FromImport: "from ... import", nodes.Extends: "extends"}
-_FORMAT_NUMBER = re.compile(r"\d+")
+_SIZE_ARGS = frozenset({"center", "ljust", "rjust", "zfill", "expandtabs", "indent", "lipsum", "wordwrap", "truncate"})
+_PERCENT_SPEC = re.compile(r"%(?:\([^)]*\))?[-+ #0]*(\d*)(?:\.(\d*))?")
+_BRACE_SPEC = re.compile(r"\{[^{}]*?:([^{}]*)\}")
+_DIGITS = re.compile(r"\d+")
 
 
 class UnsafeTemplateError(ValueError):
@@ -87,14 +91,35 @@ def _check_size(value: Any, what: str) -> Any:
     return value
 
 
-def _check_args(args: Iterable[Any], what: str) -> None:
-    """Refuse integer arguments large enough to allocate more than the output bound (``ljust``,
-    ``center``, ``indent``, ``lipsum`` ...) and format strings with such widths."""
+def _check_args(name: str, args: Iterable[Any]) -> None:
+    """Refuse an integer argument large enough to allocate more than the output bound, for the
+    functions and filters whose integer arguments are sizes (``ljust``, ``center``, ``indent``,
+    ``lipsum`` ...); other integers (a number to format, a count) are data."""
+    if name not in _SIZE_ARGS:
+        return
     for a in args:
         if isinstance(a, int) and not isinstance(a, bool) and abs(a) > MAX_OUTPUT:
-            raise RenderLimitError(f"{what} was given {a}, more than {MAX_OUTPUT}")
-        if isinstance(a, str) and ("%" in a or "{" in a) and any(int(n) > MAX_OUTPUT for n in _FORMAT_NUMBER.findall(a)):
-            raise RenderLimitError(f"{what} was given a format wider than {MAX_OUTPUT}")
+            raise RenderLimitError(f"{name}() was given {a}, more than {MAX_OUTPUT}")
+
+
+def _check_replace(name: str, args: Sequence[Any]) -> None:
+    """Refuse a ``replace`` whose result would exceed the output bound (an empty ``old`` inserts
+    ``new`` between every character)."""
+    strings = [a for a in args if isinstance(a, str)]  # the filter is also given jinja's eval context
+    if name == "replace" and len(strings) >= 3:
+        text, old, new = strings[:3]
+        if len(text) + (text.count(old) if old else len(text) + 1) * len(new) > MAX_OUTPUT:
+            raise RenderLimitError(f"replace() would make a string longer than {MAX_OUTPUT} characters")
+
+
+def _check_format(fmt: Any, what: str) -> None:
+    """Refuse a format string (``%`` or ``str.format``) with a width or precision over the bound."""
+    if not isinstance(fmt, str):
+        return
+    numbers = [n for m in _PERCENT_SPEC.finditer(fmt) for n in m.groups() if n]
+    numbers += [n for m in _BRACE_SPEC.finditer(fmt) for n in _DIGITS.findall(m.group(1))]
+    if any(int(n) > MAX_OUTPUT for n in numbers):
+        raise RenderLimitError(f"{what} has a width or precision over {MAX_OUTPUT}")
 
 
 def _safe_range(*args: int) -> range:
@@ -122,7 +147,10 @@ def _bounded_filter(name: str, func: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(func)  # keeps jinja's pass_context / pass_environment marks
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         _tick()
-        _check_args([*args, *kwargs.values()], f"filter {name!r}")
+        _check_args(name, [*args[1:], *kwargs.values()])
+        _check_replace(name, args)
+        if name == "format" and args:
+            _check_format(args[0], "the format filter's format")
         return _check_size(func(*args, **kwargs), f"the result of filter {name!r}")
 
     return wrapper
@@ -149,26 +177,30 @@ class BoundedSandbox(jinja2.sandbox.ImmutableSandboxedEnvironment):
                 raise RenderLimitError(f"{what} would be an integer of more than {MAX_INT_BITS} bits")
         elif operator == "*":
             for seq, n in ((left, right), (right, left)):
-                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * max(n, 0) > MAX_OUTPUT:
-                    raise RenderLimitError(f"{what} would be longer than {MAX_OUTPUT} items")
+                # a list may hold long strings: repeated at most MAX_RANGE items long
+                limit = MAX_OUTPUT if isinstance(seq, str) else MAX_RANGE
+                if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * max(n, 0) > limit:
+                    raise RenderLimitError(f"{what} would be longer than {limit} items")
             if isinstance(left, int) and isinstance(right, int) and left.bit_length() + right.bit_length() > MAX_INT_BITS:
                 raise RenderLimitError(f"{what} would be an integer of more than {MAX_INT_BITS} bits")
         elif operator == "+":
             if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)) and len(left) + len(right) > MAX_OUTPUT:
                 raise RenderLimitError(f"{what} would be longer than {MAX_OUTPUT} items")
-        elif operator == "%" and isinstance(left, str):
-            _check_args([left], "the % format")
+        elif operator == "%":
+            _check_format(left, "the % format")
         return _check_size(super().call_binop(context, operator, left, right), what)
 
     def call(__self, __context: jinja2.runtime.Context, __obj: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: N805 - jinja's signature
-        """A call of the template (function, method, macro) counts against the budget; large
-        integer arguments and format widths are refused."""
+        """A call of the template (function, method, macro) counts against the budget; sizes and
+        format widths over the bound are refused."""
         _tick()
-        _check_args([*args, *kwargs.values()], f"{getattr(__obj, '__name__', 'a call')}()")
         # The sandbox hands out str.format wrapped (functools.update_wrapper keeps __wrapped__).
         method = getattr(__obj, "__wrapped__", __obj)
-        if getattr(method, "__name__", "") in ("format", "format_map") and isinstance(getattr(method, "__self__", None), str):
-            _check_args([method.__self__], "str.format")
+        name = str(getattr(method, "__name__", ""))
+        _check_args(name, [*args, *kwargs.values()])
+        _check_replace(name, (getattr(method, "__self__", None), *args))
+        if name in ("format", "format_map") and isinstance(getattr(method, "__self__", None), str):
+            _check_format(method.__self__, "str.format")
         return _check_size(super().call(__context, __obj, *args, **kwargs), "the result of a call")
 
 
