@@ -26,6 +26,14 @@ import jinja2
 import jinja2.meta
 import jinja2.sandbox
 
+from capjudge.prompts.sandbox import (
+    BoundedSandbox,
+    RenderLimitError,
+    UnsafeTemplateError,
+    check_source,
+    render_bounded,
+)
+
 LLAVA_V1_SYSTEM = (
     "A chat between a curious human and an artificial intelligence assistant. "
     "The assistant gives helpful, detailed, and polite answers to the human's questions."
@@ -42,9 +50,9 @@ class TemplateError(ValueError):
 
 
 _PACKAGE_ENV = jinja2.Environment(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
-_SANDBOX_ENV = jinja2.sandbox.ImmutableSandboxedEnvironment(
-    undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False
-)
+# User templates: jinja2's immutable sandbox with loops, calls, sizes and time bounded
+# (capjudge.prompts.sandbox); constructs that load other templates are refused at registration.
+_SANDBOX_ENV = BoundedSandbox(undefined=jinja2.StrictUndefined, autoescape=False, keep_trailing_newline=False)
 
 
 @dataclass(frozen=True)
@@ -58,11 +66,14 @@ class PromptTemplate:
 
     @cached_property
     def _compiled(self) -> jinja2.Template:
-        env = _SANDBOX_ENV if self.sandboxed else _PACKAGE_ENV
         try:
-            return env.from_string(self.source)
+            if not self.sandboxed:
+                return _PACKAGE_ENV.from_string(self.source)
+            return _SANDBOX_ENV.from_string(check_source(_SANDBOX_ENV, self.source))
         except jinja2.TemplateSyntaxError as exc:
             raise TemplateError(f"template {self.name!r} ({self.origin}) has a syntax error on line {exc.lineno}: {exc.message}") from None
+        except UnsafeTemplateError as exc:
+            raise TemplateError(f"template {self.name!r} ({self.origin}) is refused: it {exc}") from None
 
     @cached_property
     def hash(self) -> str:
@@ -76,13 +87,23 @@ class PromptTemplate:
         return frozenset(jinja2.meta.find_undeclared_variables(env.parse(self.source)))
 
     def render(self, **variables: Any) -> str:
-        """Render with the given variables; a missing variable raises :class:`TemplateError`."""
+        """Render with the given variables; a missing variable, an unsafe operation or (user
+        templates) a render over the sandbox's bounds raises :class:`TemplateError`."""
         try:
+            if self.sandboxed:
+                return render_bounded(self._compiled, variables)
             return self._compiled.render(**variables)
         except jinja2.UndefinedError as exc:
             raise TemplateError(f"template {self.name!r} needs a variable that was not given: {exc.message}") from None
         except jinja2.sandbox.SecurityError as exc:
             raise TemplateError(f"template {self.name!r} tried an unsafe operation: {exc}") from None
+        except RenderLimitError as exc:
+            raise TemplateError(f"template {self.name!r} went over a render limit: {exc}") from None
+        except Exception as exc:
+            if not self.sandboxed:
+                raise
+            # A user template's own failure (1/0, a string plus a number ...) is that row's error.
+            raise TemplateError(f"template {self.name!r} failed: {type(exc).__name__}: {exc}") from None
 
 
 _TEMPLATES: dict[str, PromptTemplate] = {}
@@ -114,7 +135,9 @@ def list_templates() -> list[str]:
 def register_template(name: str, source: str | None = None, *, path: str | Path | None = None, overwrite: bool = False) -> PromptTemplate:
     """Register a user template from a string or a file; it is rendered in a sandbox.
 
-    Raises :class:`TemplateError` for a syntax error (checked at once) and ``ValueError`` when the
+    Raises :class:`TemplateError` for a syntax error or a refused construct (checked at once:
+    ``include`` / ``import`` / ``extends``, a constant ``range()`` over the sandbox's limit, loops
+    nested too deep; see :mod:`capjudge.prompts.sandbox`) and ``ValueError`` when the
     name is taken (unless ``overwrite``) or neither/both of ``source`` and ``path`` are given.
     """
     if (source is None) == (path is None):

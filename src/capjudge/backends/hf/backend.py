@@ -48,6 +48,7 @@ from capjudge.backends.base import (
 from capjudge.backends.hf import hub
 from capjudge.backends.hf.prefix import PrefixReuser
 from capjudge.backends.hf.quiet import quiet_libraries
+from capjudge.backends.hf.specials import GuardedTokenizer, SpecialText, guarded_processor
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import OptionError, as_bool, as_int, check_known
 from capjudge.backends.presets import (
@@ -169,6 +170,11 @@ class HFBackend(Backend):
         self.tokenizer.padding_side = "left"
         if self.tokenizer.pad_token_id is None:
             self.tokenizer.pad_token = self.tokenizer.eos_token
+        # Message texts (captions, references, context) never become special tokens: they are
+        # rendered with their special strings hidden and tokenized as text (.specials).
+        self._specials = SpecialText(self.tokenizer)
+        self.prompt_tokenizer = GuardedTokenizer(self._specials)
+        self._encode_processor = guarded_processor(self.processor, self._specials)
         self.eos_ids = self._eos_ids()
         self.digit_ids = self._digit_token_ids()
         text_cfg = getattr(self.net.config, "text_config", self.net.config)
@@ -230,7 +236,11 @@ class HFBackend(Backend):
 
     # ---------------------------------------------------------------- prompt building
     def format_prompt(self, messages: Sequence[Message]) -> str:
-        """The prompt text for a conversation (images become the processor's image tokens)."""
+        """The prompt text for a conversation (images become the processor's image tokens), as
+        :attr:`prompt_tokenizer` and :meth:`encode` read it: a special-token string inside a
+        message's text is held as a private-use character there, so that it is tokenized as text
+        (:mod:`capjudge.backends.hf.specials`); a prompt without one is the plain text."""
+        messages = [Message(m.role, self._specials.hide(m.content), images=m.images) for m in messages]
         if self.system_policy == "fold":
             messages = fold_system(messages)
         if self.chat_format == "plain":
@@ -277,7 +287,7 @@ class HFBackend(Backend):
         kwargs: dict[str, Any] = {"text": texts, "return_tensors": "pt", "padding": True}
         if any(images):
             kwargs["images"] = images
-        inputs = self.processor(**kwargs)
+        inputs = self._encode_processor(**kwargs)
         out = {}
         for k, v in inputs.items():
             if hasattr(v, "to"):

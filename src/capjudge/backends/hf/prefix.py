@@ -88,11 +88,14 @@ class PrefixHost(Protocol):
     net: Any
     processor: Any
     tokenizer: Any
+    prompt_tokenizer: Any
+    """Tokenizes :meth:`format_prompt`'s text as :meth:`encode` does (message text never special)."""
     device: Any
     eos_ids: set[int]
 
     def format_prompt(self, messages: Sequence[Message]) -> str:
-        """The prompt text of a conversation, image placeholders unexpanded."""
+        """The prompt text of a conversation, image placeholders unexpanded, as
+        :attr:`prompt_tokenizer` reads it."""
         ...
 
     def encode(self, requests: Sequence[Request]) -> dict[str, Any]:
@@ -362,7 +365,7 @@ class PrefixReuser:
         image_id = self.adapter.image_token_id(host.net.config)
         n_img = ids0.count(image_id)
         token = getattr(host.processor, "image_token", None) or host.tokenizer.convert_ids_to_tokens(image_id)
-        tok = host.tokenizer
+        tok = host.prompt_tokenizer
 
         def ids_of(r: Request) -> list[int]:
             text = host.format_prompt(r.messages).replace(token, token * n_img)

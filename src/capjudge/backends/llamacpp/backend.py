@@ -67,9 +67,13 @@ from capjudge.backends.llamacpp.families import (
     read_pair,
     supported_families,
 )
+from capjudge.backends.llamacpp.specials import ControlText
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import as_bool, as_int, check_known
 from capjudge.images import LoadedImage
+from capjudge.redact import get_logger
+
+log = get_logger(__name__)
 
 __all__ = ["LlamaCppBackend", "ProjectorMismatchError", "UnsupportedModelError", "from_spec", "render_llava_v1"]
 
@@ -273,6 +277,8 @@ class LlamaCppBackend(Backend):
         self._strip_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab))
         self._bos_text = self._special_text(llama_cpp.llama_vocab_bos(self._vocab))
         self._eos_text = self._special_text(llama_cpp.llama_vocab_eos(self._vocab))
+        # Message text (captions, references, context) never becomes a control token (.specials).
+        self._controls = ControlText(llama_cpp, self._vocab, self.n_vocab, lambda t, a, p: self._llm.tokenize(t, add_bos=a, special=p))
         self.capabilities = Capabilities(
             logprobs=True,
             max_top_logprobs=MAX_TOP_LOGPROBS,
@@ -326,7 +332,10 @@ class LlamaCppBackend(Backend):
         return self._llm._model.token_get_text(token)
 
     def render(self, messages: Sequence[Message]) -> str:
-        """The prompt text of a conversation in the chosen format, libmtmd's marker per image."""
+        """The prompt text of a conversation in the chosen format, libmtmd's marker per image;
+        a control-token text inside a message's text is held as a private-use character, which
+        the tokenization reads as that text (:mod:`.specials`)."""
+        messages = [Message(m.role, self._controls.hide(m.content), images=m.images) for m in messages]
         if self.pair.prompt_format == "llava_v1":
             return render_llava_v1(messages, self._marker)
         assert self.pair.chat_template is not None
@@ -402,7 +411,11 @@ class LlamaCppBackend(Backend):
         if images and self._handler is None:
             raise BackendError("this llama.cpp backend was loaded without a projector: add ?mmproj=<mmproj.gguf> to the spec")
         if self._handler is None:
-            tokens = self._llm.tokenize(self.render(request.messages).encode(), add_bos=True, special=True)
+            prompt = self.render(request.messages)
+            if self._controls.holds_hidden(prompt):
+                tokens = self._controls.tokenize(prompt, True)
+            else:
+                tokens = self._llm.tokenize(prompt.encode(), add_bos=True, special=True)
             return [_Chunk(("text", tuple(tokens)), len(tokens), len(tokens))], tokens, []
         text = self.render(request.messages).encode("utf-8")
         cached = {c.key[1] for c in self._kv if c.key[0] == "media"}
@@ -433,7 +446,20 @@ class LlamaCppBackend(Backend):
             self._mtmd.mtmd_bitmap_free(b)
 
     def _mtmd_tokenize(self, text: bytes, bitmaps: list[Any]) -> tuple[list[_Chunk], Any, list[Any]]:
-        """Tokenize ``text`` with its images through libmtmd; frees everything if that fails."""
+        """Tokenize ``text`` with its images through libmtmd; frees everything if that fails.
+        Message text that spells a control token is tokenized as text (:mod:`.specials`)."""
+        prompt = text.decode("utf-8")
+        if not self._controls.holds_hidden(prompt):
+            return self._mtmd_tokenize_raw(text, bitmaps)
+        out, chunks, bitmaps = self._mtmd_tokenize_raw(text, bitmaps)
+        spliced = self._controls.splice(prompt, self._marker, [c.key[1] if c.key[0] == "text" else None for c in out])
+        if spliced is not None:
+            return [c if s is None else _Chunk(("text", s), len(s), len(s)) for c, s in zip(out, spliced)], chunks, bitmaps
+        log.warning("could not place the caption's text among libmtmd's chunks: its special-token strings are broken up instead")
+        self._mtmd.mtmd_input_chunks_free(chunks)
+        return self._mtmd_tokenize_raw(self._controls.defused(prompt).encode("utf-8"), bitmaps)
+
+    def _mtmd_tokenize_raw(self, text: bytes, bitmaps: list[Any]) -> tuple[list[_Chunk], Any, list[Any]]:
         m = self._mtmd
         inp = m.mtmd_input_text()
         inp.text = text
