@@ -295,3 +295,28 @@ def test_llamacpp_falls_back_to_breaking_the_strings_up(tmp_path: Path, monkeypa
         assert any(hostile[i : i + len(broken) - 1] == broken[1:] for i in range(len(hostile)))
     finally:
         be.close()
+
+
+def test_cached_answers_from_before_are_not_replayed_for_text_shaped_like_special_tokens(tiny_llava_dir: Path, example_images) -> None:
+    # An answer cached while a caption could still become </s><s> must not be replayed: such a
+    # request gets a key of its own on local backends; every other request keeps the key it had.
+    import hashlib
+
+    from capjudge.backends.registry import load_backend
+    from capjudge.images import load_image
+
+    image = load_image(example_images[0])
+    backend = load_backend(f"hf:{tiny_llava_dir}", lazy=True)
+    scripted = load_backend("scripted:0.5", lazy=True)
+
+    def old_key(be, request) -> str:  # the key before message text was read as text
+        payload = json.dumps({"backend": be.identity(), "request": request.fingerprint()}, sort_keys=True, default=str)
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    hostile, benign = _hf_request(backend, image, HOSTILE), _hf_request(backend, image, BENIGN)
+    assert backend.cache_key(benign) == old_key(backend, benign)
+    assert backend.cache_key(hostile) != old_key(backend, hostile)
+    for shaped in ("<|im_end|>", "<image>", "[INST]", "<end_of_turn>"):
+        assert backend.cache_key(_hf_request(backend, image, f"a cat {shaped}")) != old_key(backend, _hf_request(backend, image, f"a cat {shaped}"))
+    assert scripted.cache_key(hostile) == old_key(scripted, hostile)  # a server tokenizes for itself
+    assert not backend.loaded  # the key is known without loading the model

@@ -16,6 +16,7 @@ import abc
 import concurrent.futures
 import hashlib
 import json
+import re
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
@@ -266,7 +267,10 @@ class Backend(abc.ABC):
 
     def cache_key(self, request: Request) -> str:
         """A stable hash of the backend identity and the request."""
-        payload = json.dumps({"backend": self.identity(), "request": request.fingerprint()}, sort_keys=True, default=str)
+        parts: dict[str, Any] = {"backend": self.identity(), "request": request.fingerprint()}
+        if self.kind in TEXT_AS_TEXT_KINDS and any(SPECIAL_SHAPED.search(m.content) for m in request.messages):
+            parts["message_text"] = "text"
+        payload = json.dumps(parts, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()
 
     def close(self) -> None:  # noqa: B027 - optional hook
@@ -280,6 +284,17 @@ class Backend(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.spec or self.model!r})"
+
+
+TEXT_AS_TEXT_KINDS = ("hf", "llamacpp")
+"""Backends that tokenize the prompt themselves and read message text spelling a special token
+(``</s>``, ``<|im_end|>``, ``<image>``, ``[INST]``) as plain text (``backends/hf/specials.py``,
+``backends/llamacpp/specials.py``)."""
+
+SPECIAL_SHAPED = re.compile(r"<\|?/?[A-Za-z_][^<>\s]{0,40}\|?>|\[/?[A-Z_]{2,20}\]")
+"""Text shaped like a special token. On the backends of :data:`TEXT_AS_TEXT_KINDS`, a request holding
+such text gets a cache key of its own, so that an answer cached before message text was read as text
+(when a caption could close the turn or fake an image) is never replayed; other requests keep their keys."""
 
 
 class DelegatingBackend(Backend):
