@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import capjudge.backends.hf.hub as hub
 from capjudge.backends.base import (
     DIGITS,
     Backend,
@@ -45,7 +46,6 @@ from capjudge.backends.base import (
     TokenStep,
     Usage,
 )
-from capjudge.backends.hf import hub
 from capjudge.backends.hf.prefix import PrefixReuser
 from capjudge.backends.hf.quiet import quiet_libraries
 from capjudge.backends.hf.specials import GuardedTokenizer, SpecialText, guarded_processor
