@@ -16,7 +16,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -144,12 +144,14 @@ def _preflight(
     out: str | None = None,
     reports: Sequence[tuple[str, str | None]] = (),
     out_kind: str | None = None,
+    report_kinds: Mapping[str, str] | None = None,
 ) -> None:
     """Everything that can be checked before the backend is built (a 13B model loads for minutes):
     each input file and its ``columns``, ``--images``, ``out`` and the ``reports`` (``(flag,
     path)``: writable, none of them an input, ``--template-file`` and ``--prices`` included), the
     backend spec and its options, ``--prices``. An existing ``out`` must be a results file of
-    ``out_kind`` records (``"score"``, ``"pair"``) and an existing ``--html`` a capjudge report.
+    ``out_kind`` records (``"score"``, ``"pair"``), an existing ``--html`` a capjudge report and
+    an existing report of a flag in ``report_kinds`` one of that kind (:data:`capjudge.outguard.KINDS`).
     Raises a usage error naming the item."""
     from capjudge.preflight import (
         check_backend,
@@ -176,7 +178,7 @@ def _preflight(
     check_backend(args.backend, _backend_options(args))
     # Last, so that a mistake in the options is named first: what an existing output holds.
     for flag, path in [("--out", out), *reports]:
-        kind = out_kind if flag == "--out" else "html" if flag == "--html" else None
+        kind = out_kind if flag == "--out" else (report_kinds or {}).get(flag, "html" if flag == "--html" else None)
         if path is not None and kind is not None:
             check_output(path, what=flag, kind=kind)
     if out is not None:

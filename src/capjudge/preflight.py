@@ -71,7 +71,7 @@ def check_output(path: str | Path, *, inputs: Iterable[str | Path | None] = (), 
 
             why = replace_refusal(p, kind)
             if why is not None:
-                hint = "" if kind == "html" else " (--overwrite only starts over a capjudge results file)"
+                hint = " (--overwrite only starts over a capjudge results file)" if kind in ("score", "pair") else ""
                 raise PreflightError(f"{what} {str(p)!r} exists and is not {KINDS[kind]} ({why}): the run would replace it. Choose another path, or delete the file first if it may go{hint}")
     folder = p.parent
     while not folder.exists() and folder != folder.parent:

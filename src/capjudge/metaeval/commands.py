@@ -131,10 +131,16 @@ def _emit(ev: MetaEval, args: argparse.Namespace) -> int:
 
 
 def _check_html(args: argparse.Namespace, inputs: Sequence[str]) -> None:
-    """Before the work: ``--html`` can be written and is no input (raises PreflightError)."""
+    """Before the work: ``--html``, ``--plot`` and ``--markdown`` can be written, are no input and,
+    where they exist, are reports capjudge wrote (raises PreflightError)."""
+    from capjudge.preflight import check_output
     from capjudge.report.commands import check_html
 
     check_html(getattr(args, "html", None), inputs)
+    for flag, kind in (("--plot", "plot"), ("--markdown", "markdown")):
+        path = getattr(args, flag[2:], None)
+        if path:
+            check_output(path, inputs=inputs, what=flag, kind=kind)
 
 
 def _html(args: argparse.Namespace, evals: Sequence[MetaEval], names: Sequence[str] | None = None) -> None:
@@ -295,6 +301,9 @@ def cmd_report(args: argparse.Namespace) -> int:
                 print(f"note [{label}]: {note}")
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.markdown).write_text(comparison_markdown(evals, names), encoding="utf-8")
+        from capjudge.outguard import MARKDOWN_MARKER
+
+        # marked as capjudge's, so that a re-run may replace it
+        Path(args.markdown).write_text(MARKDOWN_MARKER + "\n" + comparison_markdown(evals, names), encoding="utf-8")
     _html(args, evals, names)
     return 0 if any(ev.ok for ev in evals) else 1

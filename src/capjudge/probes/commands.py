@@ -101,9 +101,18 @@ def _kinds(text: str) -> list[str]:
 
 
 def _write_text(path: str, text: str) -> None:
+    """Write a Markdown report, marked as capjudge's so that a re-run may replace it."""
+    from capjudge.outguard import MARKDOWN_MARKER
+
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(text, encoding="utf-8")
+    p.write_text(MARKDOWN_MARKER + "\n" + text, encoding="utf-8")
+
+
+def _second_plot(plot: str, method: str) -> Path:
+    """Where ``--plot`` puts the chart of ``--compare-method``'s probe, beside the first."""
+    p = Path(plot)
+    return p.with_name(f"{p.stem}-{method}{p.suffix or '.png'}")
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -117,7 +126,9 @@ def cmd_probe(args: argparse.Namespace) -> int:
     kinds = _kinds(args.kinds)
     method = _method_with_template(args.method, args.template, args.template_file)
     other = get_method(args.compare_method) if args.compare_method else None
-    _preflight(args, inputs=[(args.captions, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot), ("--html", args.html)], out_kind="score")
+    second_plot = str(_second_plot(args.plot, other.name)) if other is not None and args.plot else None
+    _preflight(args, inputs=[(args.captions, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot), ("--plot", second_plot), ("--html", args.html)], out_kind="score",
+               report_kinds={"--out-json": "probe-json", "--markdown": "markdown", "--plot": "plot"})  # fmt: skip
     samples, bad = _read_captions(args.captions, args.limit)
     if not samples:
         raise UsageError(f"{args.captions}: no usable caption rows")
@@ -149,8 +160,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if args.plot:
         probe_plot(report, args.plot)
         if second is not None:
-            p = Path(args.plot)
-            probe_plot(second, p.with_name(f"{p.stem}-{second.method}{p.suffix or '.png'}"))
+            probe_plot(second, _second_plot(args.plot, second.method))
     if args.html:
         from capjudge.report.commands import command_line, emit
         from capjudge.report.pages import probe_page
@@ -171,7 +181,8 @@ def cmd_choose_one(args: argparse.Namespace) -> int:
     from capjudge.probes.report import choose_one_markdown, write_json
 
     method = _method_with_template(args.method, args.template, args.template_file)
-    _preflight(args, inputs=[(args.input, ("image",)), (args.captions, ("image", "caption"))], reports=[("--out-json", args.out_json), ("--markdown", args.markdown)])
+    _preflight(args, inputs=[(args.input, ("image",)), (args.captions, ("image", "caption"))], reports=[("--out-json", args.out_json), ("--markdown", args.markdown)],
+               report_kinds={"--out-json": "choose-one-json", "--markdown": "markdown"})  # fmt: skip
     bad: list[str] = []
     if args.input:
         groups: list[ChoiceGroup] = []
