@@ -210,3 +210,19 @@ def test_replace_refusal_rules_for_reports(tmp_path: Path) -> None:
     assert replace_refusal(svg, "plot") is None
     svg.write_text('<?xml version="1.0"?>\n<svg><!-- drawn by hand --></svg>\n')
     assert replace_refusal(svg, "plot") == "it was not written by matplotlib"
+
+
+def test_a_jpeg_plot_is_marked_and_replaced_on_a_rerun_while_a_photo_is_refused(tmp_path: Path) -> None:
+    from PIL import Image
+
+    scores = flickr_results(tmp_path / "r.jsonl")
+    jpg = tmp_path / "heat.jpg"
+    for _ in range(2):  # the second run replaces the first run's plot
+        assert main(meta_eval(scores, "--plot", str(jpg))) == 0
+    assert b"capjudge" in jpg.read_bytes()[:4096]
+    photo = tmp_path / "photo.jpg"
+    Image.new("RGB", (32, 32), (10, 200, 30)).save(photo)
+    before = photo.read_bytes()
+    assert replace_refusal(photo, "plot") == "it was not written by matplotlib"
+    assert main(meta_eval(scores, "--plot", str(photo))) == 2
+    assert photo.read_bytes() == before

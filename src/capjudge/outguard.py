@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 KINDS: dict[str, str] = {
     "score": "a capjudge results file of scores (capjudge score, explain, probe)",
@@ -56,13 +57,19 @@ _PNG_TEXT_CHUNKS = (b"tEXt", b"zTXt", b"iTXt")
 _PLOT_WRITERS = (b"matplotlib", b"capjudge")
 
 
-def plot_metadata(path: str | Path) -> dict[str, str]:
-    """What a plot written to ``path`` carries to be recognised later (``savefig(metadata=...)``):
-    a ``Creator`` naming capjudge, for the formats that take one (PNG, PDF, SVG; PNG by default)."""
+def plot_save_options(path: str | Path) -> dict[str, Any]:
+    """What a plot written to ``path`` carries to be recognised later (``savefig(path, **options)``):
+    a ``Creator`` naming capjudge in PNG, PDF and SVG metadata (PNG by default), a JPEG comment
+    naming capjudge (``pil_kwargs``); nothing for other formats."""
     from capjudge import __version__
 
     suffix = Path(path).suffix.lower()
-    return {"Creator": f"capjudge {__version__}"} if suffix in ("", ".png", ".pdf", ".svg") else {}
+    mark = f"capjudge {__version__}"
+    if suffix in ("", ".png", ".pdf", ".svg"):
+        return {"metadata": {"Creator": mark}}
+    if suffix in (".jpg", ".jpeg"):
+        return {"pil_kwargs": {"comment": mark.encode()}}  # a COM segment in the header
+    return {}
 
 
 def replace_refusal(path: str | Path, kind: str) -> str | None:

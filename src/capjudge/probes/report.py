@@ -186,8 +186,8 @@ def probe_plot(report: ProbeReport, path: str | Path) -> Path:
     fig.tight_layout()
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    from capjudge.outguard import plot_metadata
+    from capjudge.outguard import plot_save_options
 
-    fig.savefig(p, dpi=110, metadata=plot_metadata(p))  # names capjudge, so a re-run may replace it
+    fig.savefig(p, dpi=110, **plot_save_options(p))  # names capjudge, so a re-run may replace it
     plt.close(fig)
     return p
