@@ -188,3 +188,32 @@ def test_rerun_asks_again_pair_records_without_a_verdict(tmp_path: Path, capsys:
     after = read_jsonl(out)
     assert [r["verdict"] for r in after] == ["tie", "tie"], after
     assert "1 record(s) said ok without a valid score or verdict" in shown and "no valid verdict (None)" in shown, shown
+
+
+def test_batch_answer_with_bad_logprobs_is_not_stored_and_asked_again(tmp_path: Path) -> None:
+    # --batch: a batch whose lines carry a log-probability of +5 is not collected as answers (run
+    # store, response cache): its lines go into the next batch, which answers them well. (Already
+    # so before this change: the OpenAI backend's body reader refuses such answers, and collect
+    # takes them for malformed lines; this guards that path.)
+    from openai_fake_server import Received, Reply, answering, running_server
+
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"s{i}", "image": "cats.jpg", "caption": f"caption {i}"}) + "\n" for i in range(2)))
+    out = tmp_path / "b.jsonl"
+    good_tokens = [("0", -0.01, [("0", -0.01)]), (".", 0.0, [(".", 0.0)]), ("8", -0.3, [("8", -0.3), ("7", -1.5)])]
+    bad_tokens = [("0", -0.01, [("0", -0.01)]), (".", 0.0, [(".", 0.0)]), ("8", -0.3, [("8", 5.0), ("7", -1.5)])]
+    good, bad = answering("0.8", tokens=good_tokens), answering("0.8", tokens=bad_tokens)
+    count = {"n": 0}
+
+    def respond(req: Received) -> Reply:
+        count["n"] += 1
+        return bad(req) if count["n"] <= 2 else good(req)
+
+    with running_server(responder=respond) as server:
+        argv = ["score", "--method", "fleur", "--backend", f"openai-compatible:{server.base_url}#gpt-4o", "--input", str(inp),
+                "--images", str(IMAGES), "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--quiet",
+                "--batch", "--wait", "--poll-interval", "0.05"]
+        assert main(argv) == 0
+        assert len(server.batches) == 2
+    records = read_jsonl(out)
+    assert [r["status"] for r in records] == ["ok", "ok"], records

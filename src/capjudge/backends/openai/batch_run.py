@@ -31,7 +31,6 @@ from typing import Any, Literal
 
 from capjudge.backends.base import Backend, BackendError, Completion, Request
 from capjudge.backends.cache import CachedBackend, cacheable
-from capjudge.backends.logprobs import steps_problem
 from capjudge.backends.openai.backend import OpenAIBackend
 from capjudge.backends.openai.batch import (
     TERMINAL,
@@ -351,10 +350,6 @@ class BatchSession:
                     completion = self.api.completion_from_body(response.get("body") or {}, bodies[key], wanted_logprobs=bool(info.get(key, {}).get("wanted")))
                 except Exception as exc:  # noqa: BLE001 - a malformed answer is asked again
                     transient[key] = f"malformed answer: {exc}"
-                    continue
-                bad = steps_problem(completion.steps, who="the batch") if completion.steps else None
-                if bad is not None:  # never stored (run store, response cache): asked again
-                    transient[key] = f"invalid answer: {bad}"
                     continue
                 cost = self.api.prices.cost(self.api.model_name, completion.usage, batch=True)
                 if cost is None and completion.model != self.api.model_name:
