@@ -217,3 +217,31 @@ def test_batch_answer_with_bad_logprobs_is_not_stored_and_asked_again(tmp_path: 
         assert len(server.batches) == 2
     records = read_jsonl(out)
     assert [r["status"] for r in records] == ["ok", "ok"], records
+
+
+def test_bad_answer_stored_by_an_older_capjudge_is_a_miss(tmp_path: Path) -> None:
+    # An entry an older capjudge stored (a FLEUR answer with a log-probability of +5 among its top
+    # alternatives): never served; the request is asked again.
+    import base64
+    import struct
+
+    from capjudge.backends.cache import FORMAT_VERSION
+    from capjudge.backends.datadisk import open_data_cache
+
+    def packed(values: list[float]) -> str:
+        return base64.b64encode(struct.pack(f"<{len(values)}d", *values)).decode("ascii")
+
+    steps = [{"token": "0", "logprob": -0.01, "top_tokens": ["0"], "top_logprobs": packed([-0.01])},
+             {"token": "7", "logprob": -0.1, "top_tokens": ["7", "8"], "top_logprobs": packed([-0.1, 5.0])}]
+    completion = {**Completion(text="0.7", logprobs=True).to_dict(), "steps": steps}
+    disk = open_data_cache(tmp_path / "cache")
+    disk.set("old", {"v": FORMAT_VERSION, "completion": completion, "created": 0.0, "meta": {}})
+    disk.set("fine", {"v": FORMAT_VERSION, "completion": {**completion, "steps": steps[:1]}, "created": 0.0, "meta": {}})
+    disk.close()
+    cache = ResponseCache(tmp_path / "cache")
+    try:
+        hit = cache.get("fine")
+        assert hit is not None and hit.steps, "control: a sound entry in this format is served"
+        assert cache.get("old") is None
+    finally:
+        cache.close()
