@@ -438,6 +438,15 @@ def _resume_note(con: Any, plan: Any) -> None:
         con.print(f"{len(plan.kept)} record(s) kept from the results file, not asked again.")
     if plan.kept_errors:
         con.print(f"[yellow]{plan.kept_errors} of them are errors; --retry-errors asks them again, bypassing cached answers.[/yellow]")
+    invalid = getattr(plan, "invalid", None)
+    if invalid:
+        from rich.markup import escape
+
+        first = min(invalid)
+        con.print(
+            f"[yellow]{len(invalid)} record(s) said ok without a valid score or verdict (written by an older capjudge): "
+            f"asked again, bypassing cached answers (first: row {first + 1}: {escape(invalid[first])}).[/yellow]"
+        )
 
 
 def _cmd_score(args: argparse.Namespace) -> int:

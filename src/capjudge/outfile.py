@@ -8,6 +8,10 @@ order when the run ends, and the starting point of a re-run.
 - A re-run with the same ``--out`` keeps the records already there (:func:`plan_resume`) and asks
   only for the rest, with or without the response cache: rows with no record, and rows whose error
   record says the backend failed (``details.resumable``: server gone, retries exhausted, budget).
+- A record that says ``ok`` but breaks what an ``ok`` record holds (a null, NaN or out-of-scale
+  score, a pair with no valid verdict: :func:`capjudge.recordcheck.record_problem`; written by an
+  older capjudge) is not kept: it is asked again, bypassing cached answers, as ``--retry-errors``
+  asks error records (``ResumePlan.invalid`` says which and why).
 
 A record is matched to an input row by what the row says: ``id``, ``image``, ``caption`` and
 ``references`` (pairs: ``id``, ``image``, ``caption_a``, ``caption_b``); ids default to the row
@@ -25,6 +29,7 @@ from pathlib import Path
 from typing import IO, Any, Literal
 
 from capjudge.io import iter_jsonl, write_atomically
+from capjudge.recordcheck import record_problem
 from capjudge.redact import scrub_record
 from capjudge.types import PairResult, ScoreResult
 
@@ -55,13 +60,15 @@ class ResumePlan:
     says ``resumable`` (the backend failed, not the sample) are in neither and asked again;
     ``dropped``: error records that match no input row (a row since fixed or removed);
     ``unmatched``: ok records that match no input row, when the caller keeps them
-    (``plan_resume(..., unmatched="keep")``).
+    (``plan_resume(..., unmatched="keep")``); ``invalid``: position -> why, for records that
+    said ``ok`` without a valid score or verdict (also in ``retry``: asked again).
     """
 
     kept: dict[int, dict[str, Any]] = field(default_factory=dict)
     retry: set[int] = field(default_factory=set)
     dropped: int = 0
     unmatched: list[dict[str, Any]] = field(default_factory=list)
+    invalid: dict[int, str] = field(default_factory=dict)
 
     @property
     def kept_errors(self) -> int:
@@ -113,7 +120,12 @@ def plan_resume(
         if not matches:
             continue
         rec = matches.pop(0)
-        if rec.get("status") == "ok":
+        problem = record_problem(rec)
+        if problem is not None:
+            # Never kept: an "ok" record without a valid score would be summed and reported.
+            plan.invalid[pos] = problem
+            plan.retry.add(pos)
+        elif rec.get("status") == "ok":
             plan.kept[pos] = rec
         elif retry_errors:
             plan.retry.add(pos)

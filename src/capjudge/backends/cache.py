@@ -10,7 +10,10 @@ Keys come from :meth:`Backend.cache_key`: the backend's :meth:`~Backend.identity
 deployment, model, API version, settings such as image ``detail``; never secrets) plus the request
 fingerprint (rendered prompt, which fixes the caption order of a pair, image content hashes, every
 generation setting, the sample index). Only deterministic requests (temperature 0) are cached,
-unless the request carries a ``sample_index``; errors are never cached.
+unless the request carries a ``sample_index``; errors are never cached, nor are answers whose token
+log-probabilities are not log-probabilities (:func:`capjudge.backends.logprobs.steps_problem`): such
+an answer is an error for this run and asked again on the next, and one already in the cache (an
+older capjudge stored it) is a miss.
 
 Entries are JSON data (:mod:`capjudge.backends.datadisk`), never pickles: an entry that is not
 (an older capjudge's pickled entry, or one planted in the folder) is a miss, logged, and its
@@ -34,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.backends.base import Backend, Completion, DelegatingBackend, PromptTokens, Request
+from capjudge.backends.logprobs import steps_problem
 from capjudge.redact import scrub_data
 
 FORMAT_VERSION = 2  # 2: JSON data (1: pickled by diskcache; such entries miss once)
@@ -57,6 +61,12 @@ def bypass_cache(backend: Any) -> contextlib.AbstractContextManager[Any]:
 def cacheable(request: Request) -> bool:
     """Whether a request's answer may be cached: greedy, or a numbered sample."""
     return request.config.deterministic or request.sample_index is not None
+
+
+def storable(completion: Completion) -> bool:
+    """Whether an answer may be stored for later runs: its token log-probabilities (if any) are
+    log-probabilities. One that is not is this run's error, and must not be replayed by the next."""
+    return not completion.steps or steps_problem(completion.steps) is None
 
 
 def _pack(values: Sequence[float]) -> str:
@@ -137,6 +147,8 @@ class ResponseCache:
                 completion.cached = True
             except (KeyError, TypeError, ValueError, struct.error):
                 completion = None
+            if completion is not None and not storable(completion):
+                completion = None  # stored by an older capjudge: asked again (and replaced)
         with self._lock:
             if completion is None:
                 self.misses += 1
@@ -145,7 +157,10 @@ class ResponseCache:
         return completion
 
     def set(self, key: str, completion: Completion, *, metadata: dict[str, Any] | None = None) -> None:
-        """Store ``completion.to_dict()`` (the raw answer) with when and by what it was made."""
+        """Store ``completion.to_dict()`` (the raw answer) with when and by what it was made;
+        an answer that is not :func:`storable` is not stored."""
+        if not storable(completion):
+            return
         self._cache.set(key, self._entry(completion, scrub_data(metadata or {})), retry=True)
         with self._lock:
             self.writes += 1
@@ -154,7 +169,9 @@ class ResponseCache:
         """Store several answers in one transaction (one commit); returns how many were stored.
 
         If the transaction fails (a full disk, a broken entry), each answer is tried on its own,
-        so that one that cannot be written does not lose the others."""
+        so that one that cannot be written does not lose the others. Answers that are not
+        :func:`storable` are left out."""
+        items = [(key, completion) for key, completion in items if storable(completion)]
         if not items:
             return 0
         meta = scrub_data(metadata or {})
