@@ -26,47 +26,25 @@ replaced by U+FFFD so that they cannot pose as either.
 from __future__ import annotations
 
 import copy
-import re
 from typing import Any
 
-_HIDDEN = 0xF0000  # the data's special strings, one character each
+from capjudge.backends.hidden_text import HiddenStrings
+
 _SCAFFOLD = 0x100000  # the template's special strings in the tokenizer copy, one added token each
-_OURS = re.compile("[\U000f0000-\U0010ffff]")
 
 
-class SpecialText:
+class SpecialText(HiddenStrings):
     """The special-token strings of a tokenizer and the guarded tokenization of prompts holding them."""
 
     def __init__(self, tokenizer: Any) -> None:
         self.tokenizer = tokenizer
         decoder = getattr(tokenizer, "added_tokens_decoder", {}) or {}
         self._added = {str(t.content): t for t in decoder.values() if getattr(t, "special", False) and str(t.content)}
-        self.strings = sorted(self._added, key=len, reverse=True)
+        super().__init__(self._added)
         self.ids = {s: int(tokenizer.convert_tokens_to_ids(s)) for s in self.strings}
-        self._pattern = re.compile("|".join(re.escape(s) for s in self.strings)) if self.strings else None
-        self._hidden = {s: chr(_HIDDEN + k) for k, s in enumerate(self.strings)}
-        self._shown = {c: s for s, c in self._hidden.items()}
         self._copy: Any = None
         self._scaffold: dict[str, str] = {}
         self._back: dict[int, int] = {}
-
-    # ----------------------------------------------------------------- rendering
-    def hide(self, text: str) -> str:
-        """``text`` (a message's text) with every special-token string held as one private-use
-        character; unchanged when it holds none."""
-        if _OURS.search(text):
-            text = _OURS.sub("\ufffd", text)
-        if self._pattern is None or not self._pattern.search(text):
-            return text
-        return self._pattern.sub(lambda m: self._hidden[m.group()], text)
-
-    def holds_hidden(self, text: str) -> bool:
-        """Whether a rendered prompt holds data that :meth:`hide` changed."""
-        return any(c in text for c in self._shown)
-
-    def show(self, text: str) -> str:
-        """The prompt as the model reads it (the hidden strings put back), for display."""
-        return "".join(self._shown.get(c, c) for c in text) if self.holds_hidden(text) else text
 
     # ----------------------------------------------------------------- tokenizing
     def _guarded_copy(self) -> Any:
@@ -87,9 +65,9 @@ class SpecialText:
         return self._copy
 
     def _convert(self, text: str) -> str:
-        assert self._pattern is not None
-        text = self._pattern.sub(lambda m: self._scaffold[m.group()], text)
-        return "".join(self._shown.get(c, c) for c in text)
+        assert self.special_pattern is not None
+        text = self.special_pattern.sub(lambda m: self._scaffold[m.group()], text)
+        return "".join(self.shown.get(c, c) for c in text)
 
     def tokenize(self, text: Any, *args: Any, **kwargs: Any) -> Any:
         """The tokenizer's output for ``text`` (a string or a list of them), the data's hidden

@@ -24,18 +24,16 @@ cannot pose as hidden strings.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-_HIDDEN = 0xF0000
-_OURS = re.compile("[\U000f0000-\U0010ffff]")
+from capjudge.backends.hidden_text import HiddenStrings
 
 Tokenize = Callable[[bytes, bool, bool], list[int]]
 """``(text, add_special, parse_special) -> ids``: llama.cpp's tokenizer."""
 
 
-class ControlText:
+class ControlText(HiddenStrings):
     """The control-token texts of a llama.cpp vocabulary and the tokenization that keeps message
     text out of them."""
 
@@ -56,37 +54,15 @@ class ControlText:
                     self._lstrip.add(text)
                 if attr & llama_cpp.LLAMA_TOKEN_ATTR_RSTRIP:
                     self._rstrip.add(text)
-        self.strings = sorted(self.ids, key=len, reverse=True)
-        self._pattern = re.compile("|".join(re.escape(s) for s in self.strings)) if self.strings else None
-        self._hidden = {s: chr(_HIDDEN + k) for k, s in enumerate(self.strings)}
-        self._shown = {c: s for s, c in self._hidden.items()}
-        self._hidden_pattern = re.compile("|".join(map(re.escape, self._shown))) if self._shown else None
+        super().__init__(self.ids)
         self._tokenize = tokenize
 
     # ----------------------------------------------------------------- rendering
-    def hide(self, text: str) -> str:
-        """A message's text with each control-token text held as one private-use character."""
-        if _OURS.search(text):
-            text = _OURS.sub("\ufffd", text)
-        if self._pattern is None or not self._pattern.search(text):
-            return text
-        return self._pattern.sub(lambda m: self._hidden[m.group()], text)
-
-    def holds_hidden(self, text: str) -> bool:
-        """Whether a rendered prompt holds message text that :meth:`hide` changed."""
-        return self._hidden_pattern is not None and self._hidden_pattern.search(text) is not None
-
-    def show(self, text: str) -> str:
-        """The hidden strings put back (the prompt as the model reads it)."""
-        if self._hidden_pattern is None:
-            return text
-        return self._hidden_pattern.sub(lambda m: self._shown[m.group()], text)
-
     def defused(self, text: str) -> str:
         """The hidden strings put back broken up (``< /s>``): the fallback of :meth:`splice`."""
-        if self._hidden_pattern is None:
+        if self.hidden_pattern is None:
             return text
-        return self._hidden_pattern.sub(lambda m: self._shown[m.group()][:1] + " " + self._shown[m.group()][1:], text)
+        return self.hidden_pattern.sub(lambda m: self.shown[m.group()][:1] + " " + self.shown[m.group()][1:], text)
 
     # ----------------------------------------------------------------- tokenizing
     def tokenize(self, text: str, add_special: bool) -> list[int]:
@@ -94,7 +70,7 @@ class ControlText:
         does with ``parse_special``, its hidden strings as text."""
         pieces: list[tuple[bool, str]] = []  # (is a control token, text)
         at = 0
-        for m in self._pattern.finditer(text) if self._pattern is not None else ():
+        for m in self.special_pattern.finditer(text) if self.special_pattern is not None else ():
             pieces += [(False, text[at : m.start()]), (True, m.group())]
             at = m.end()
         pieces.append((False, text[at:]))
