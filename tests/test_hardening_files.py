@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -290,7 +291,7 @@ def test_cache_entries_are_json_and_value_files_outside_the_folder_are_not_read(
     from capjudge.backends.cache import ResponseCache
 
     cache = ResponseCache(tmp_path / "c")
-    steps = [TokenStep("0", -0.1, (("0", -0.1), ("1", -2.5))), TokenStep(".", float("-inf"), ((".", float("-inf")),), tuple(i / 10 for i in range(10)))]
+    steps = [TokenStep("0", -0.1, (("0", -0.1), ("1", -2.5))), TokenStep(".", -0.5, ((".", -0.5), ("x", float("-inf"))), (float("-inf"),) + (math.log(0.05),) * 9)]  # -inf: probability 0, kept
     answer = Completion(text="0.8", steps=steps, logprobs=True, model="m", usage=Usage(5, 2), finish_reason="stop", meta={"x": [1, 2]})
     cache.set("k", answer)
     cache.set("big", Completion(text="y" * 100_000, model="m"))  # large: a value file
