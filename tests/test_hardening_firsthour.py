@@ -268,7 +268,8 @@ def test_demo_report_says_its_model_is_random(tiny_llava_dir: Path, tmp_path: Pa
     assert main(["demo", "--out-dir", str(tmp_path / "demo")]) == 0
     capsys.readouterr()
     page = (tmp_path / "demo" / "report.html").read_text()
-    assert page.count('class="page-warning"') == 5  # one per results file
+    assert page.count('class="page-warning"') == 1  # one per random model, naming every results file it judged
+    assert all(f in page.split('class="page-warning"', 1)[1].split("</", 1)[0] for f in ("fleur.jsonl", "visce2.jsonl", "pairs-grading.jsonl"))
     assert "RANDOM MODEL" in page and "MEANINGLESS" in page
     assert page.index("RANDOM MODEL") < page.index("<h1>")  # first thing on the page
     # capjudge html on the demo's results says it too; a real model's results do not.

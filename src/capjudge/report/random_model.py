@@ -42,14 +42,11 @@ def _has_marker(folder: str) -> bool:
 
 
 def random_model_warnings(files: Iterable[tuple[str, Iterable[dict[str, Any]]]]) -> list[str]:
-    """One warning per results file ``(label, records)`` judged by a random-weight test model."""
-    out = []
+    """One warning per random-weight test model, naming the results files ``(label, records)`` it judged."""
+    judged: dict[str, list[str]] = {}  # model folder -> labels, in order
     for label, records in files:
-        seen: dict[str, None] = {}
         for r in records:
             folder = is_random_model(r)
-            if folder is not None:
-                seen.setdefault(folder)
-        if seen:
-            out.append(RANDOM_MODEL_WARNING.format(what=label, model=", ".join(seen)))
-    return out
+            if folder is not None and label not in judged.setdefault(folder, []):
+                judged[folder].append(label)
+    return [RANDOM_MODEL_WARNING.format(what=", ".join(labels), model=folder) for folder, labels in judged.items()]
