@@ -174,7 +174,7 @@ class HFBackend(Backend):
         # rendered with their special strings hidden and tokenized as text (.specials).
         self._specials = SpecialText(self.tokenizer)
         self.prompt_tokenizer = GuardedTokenizer(self._specials)
-        self._encode_processor = guarded_processor(self.processor, self._specials)
+        self._encode_processor = guarded_processor(self.processor, self.prompt_tokenizer)  # one guard for both paths
         self.eos_ids = self._eos_ids()
         self.digit_ids = self._digit_token_ids()
         text_cfg = getattr(self.net.config, "text_config", self.net.config)

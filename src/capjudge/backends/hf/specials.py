@@ -111,8 +111,8 @@ class GuardedTokenizer:
         return getattr(self._specials.tokenizer, name)
 
 
-def guarded_processor(processor: Any, specials: SpecialText) -> Any:
-    """A shallow copy of ``processor`` whose tokenizer is guarded (the original is left as it is)."""
+def guarded_processor(processor: Any, tokenizer: GuardedTokenizer) -> Any:
+    """A shallow copy of ``processor`` whose tokenizer is ``tokenizer`` (the original is left as it is)."""
     proc = copy.copy(processor)
-    proc.tokenizer = GuardedTokenizer(specials)
+    proc.tokenizer = tokenizer
     return proc
