@@ -59,6 +59,7 @@ demo: install
 lint: install-dev
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy src
+	$(VENV)/bin/lint-imports --no-cache
 
 VLLM_ENV := VLLM_SPEC='$(VLLM_SPEC)' TORCH_SPEC='$(TORCH_SPEC)' PYTHON='$(PYTHON)'
 

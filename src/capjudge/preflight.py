@@ -14,8 +14,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from capjudge.errors import UsageError
 
-class PreflightError(ValueError):
+
+class PreflightError(UsageError, ValueError):
     """A run cannot start: a path, a column, or the backend spec is wrong."""
 
 

@@ -21,21 +21,12 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from capjudge.errors import BackendError
 from capjudge.images import LoadedImage
 
 Role = Literal["system", "user", "assistant"]
 
 DIGITS = tuple(str(d) for d in range(10))
-
-
-class BackendError(RuntimeError):
-    """A request failed in the backend (model error, server refusal, prompt too long, ...).
-
-    ``resumable`` is true for failures that a re-run of the same command may cure (the server is
-    gone, retries ran out, the budget was spent), false for failures of the request itself.
-    """
-
-    resumable: bool = False
 
 
 class ContextLengthError(BackendError):
