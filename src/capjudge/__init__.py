@@ -10,8 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from capjudge._lazy import lazy_attributes
-
-__version__ = "0.1.0"
+from capjudge._version import __version__
 
 __all__ = [
     "Judge",

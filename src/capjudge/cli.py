@@ -752,7 +752,7 @@ def _cmd_demo(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------------------- main
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser with every subcommand registered."""
-    from capjudge import __version__
+    from capjudge._version import __version__
     from capjudge.report.commands import add_html_option
 
     parser = argparse.ArgumentParser(

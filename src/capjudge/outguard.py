@@ -61,7 +61,7 @@ def plot_save_options(path: str | Path) -> dict[str, Any]:
     """What a plot written to ``path`` carries to be recognised later (``savefig(path, **options)``):
     a ``Creator`` naming capjudge in PNG, PDF and SVG metadata (PNG by default), a JPEG comment
     naming capjudge (``pil_kwargs``); nothing for other formats."""
-    from capjudge import __version__
+    from capjudge._version import __version__
 
     suffix = Path(path).suffix.lower()
     mark = f"capjudge {__version__}"

@@ -57,7 +57,7 @@ def _environment() -> Any:
 
 def render(page: Page) -> str:
     """The page as HTML text."""
-    from capjudge import __version__
+    from capjudge._version import __version__
 
     env = _environment()
     generated = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
