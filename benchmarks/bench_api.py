@@ -56,7 +56,7 @@ MODEL = "bench-model"
 def answer_bodies(k: int = 20) -> list[bytes]:
     """Ten canned chat completions: ``0.d5`` for d = 0..9, one token per character, each token with
     ``k`` alternatives (digits and a few words), as OpenAI answers ``logprobs=true, top_logprobs=k``."""
-    alts = [str(d) for d in range(10)] + [" ", "\n", "The", "I", "A", "**", "0", "1.", "Score", ":"]
+    alts = [str(d) for d in range(10)] + [" ", "\n", "The", "I", "A", "**", "0.", "1.", "Score", ":"]
     bodies = []
     for d in range(10):
         text = f"0.{d}5"
@@ -64,7 +64,9 @@ def answer_bodies(k: int = 20) -> list[bytes]:
         for pos, tok in enumerate(text):
             top = [tok] + [a for a in alts if a != tok]
             top = top[:k]
-            lps = [-0.05 - 0.4 * i - 0.01 * pos for i in range(len(top))]
+            # A distribution (the alternatives' probabilities add up to at most 1: capjudge refuses
+            # an answer whose top alternatives add up to more, as a real server never sends).
+            lps = [-0.1 - 3.0 * i - 0.01 * pos for i in range(len(top))]
             content.append(
                 {
                     "token": tok,
