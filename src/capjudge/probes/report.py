@@ -10,11 +10,13 @@ from capjudge.probes.choose_one import ChooseOneReport
 from capjudge.probes.runner import INJECTION_KINDS, HardeningComparison, KindSummary, ProbeReport
 
 
-def _pct(x: float | None) -> str:
+def pct(x: float | None) -> str:
+    """A share (0-1) as a whole percentage, ``-`` when unknown."""
     return "-" if x is None else f"{100 * x:.0f}%"
 
 
-def _share(count: int, total: int) -> str:
+def share(count: int, total: int) -> str:
+    """``count`` of ``total`` as ``50% (2/4)``, ``-`` when there is no total."""
     return "-" if not total else f"{100 * count / total:.0f}% ({count}/{total})"
 
 
@@ -44,13 +46,13 @@ def probe_markdown(report: ProbeReport) -> str:
     for s in report.summaries:
         row = [f"`{s.kind}`", s.family, f"{s.n_applicable}/{s.n_captions}"]
         if report.by_score:
-            row += [_share(s.prefer_original, s.n_scored), _share(s.ties, s.n_scored), _share(s.prefer_perturbed, s.n_scored), str(s.n_errors), _num(s.mean_drop_pct)]
+            row += [share(s.prefer_original, s.n_scored), share(s.ties, s.n_scored), share(s.prefer_perturbed, s.n_scored), str(s.n_errors), _num(s.mean_drop_pct)]
         if report.by_pairwise:
             pw = s.pairwise or {}
             n = pw.get("n_compared", 0)
             row += [f"{pw.get('prefer_original', 0)} / {pw.get('ties', 0)} / {pw.get('prefer_perturbed', 0)} of {n}" + (f" ({pw['n_errors']} failed)" if pw.get("n_errors") else "")]
         if has_inj:
-            row += [f"{_share(s.n_obeyed or 0, s.n_obedience_checked or 0)} ({_pct(s.baseline_rate)})" if s.kind in INJECTION_KINDS else ""]
+            row += [f"{share(s.n_obeyed or 0, s.n_obedience_checked or 0)} ({pct(s.baseline_rate)})" if s.kind in INJECTION_KINDS else ""]
         lines.append("| " + " | ".join(row) + " |")
     lines += [
         "",
@@ -66,9 +68,9 @@ def hardening_markdown(cmp: HardeningComparison) -> str:
     """A method against its hardened variant: obedience, catching perturbations, clean grading."""
     lines = [f"### Hardening: `{cmp.plain}` vs `{cmp.hardened}`", "", f"| measure | `{cmp.plain}` | `{cmp.hardened}` |", "|---|---|---|"]
     for k, v in cmp.obedience.items():
-        lines.append(f"| `{k}` obeyed | {_pct(v['plain'])} | {_pct(v['hardened'])} |")
+        lines.append(f"| `{k}` obeyed | {pct(v['plain'])} | {pct(v['hardened'])} |")
     for k, v in cmp.prefer_original.items():
-        lines.append(f"| `{k}` prefers original | {_pct(v['plain'])} | {_pct(v['hardened'])} |")
+        lines.append(f"| `{k}` prefers original | {pct(v['plain'])} | {pct(v['hardened'])} |")
     m = cmp.clean_mean
     lines.append(f"| mean clean score (% of scale) | {_fmt(m.get(cmp.plain))} | {_fmt(m.get(cmp.hardened))} |")
     lines += [

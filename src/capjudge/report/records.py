@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from capjudge.errors import UsageError
 from capjudge.io import InputFormatError, iter_jsonl
 from capjudge.report.model import Column, SampleTable, Section
 from capjudge.report.thumbs import ThumbCache
@@ -26,8 +27,8 @@ DEFAULT_MAX_ROWS = 5000
 
 T = TypeVar("T")
 
-class ReportInputError(InputFormatError):
-    """A results file the report cannot use; the message names the file and the cause."""
+class ReportInputError(InputFormatError, UsageError):
+    """A results file the report cannot use; the message names the file and the cause (exit 2)."""
 
 
 @dataclass
