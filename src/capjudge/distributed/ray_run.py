@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from capjudge.backends.base import BackendError
-from capjudge.errors import UsageError
 from capjudge.distributed.config import JudgeConfig, plan_units
+from capjudge.errors import UsageError
 from capjudge.redact import get_logger
 
 if TYPE_CHECKING:
