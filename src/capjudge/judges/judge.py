@@ -4,6 +4,12 @@ The judge renders the method's templates, parses the answers and turns every fai
 ``error`` result that names the sample and the cause. Nothing a single sample does can stop a run.
 How requests reach the backend (whole image groups for backends that batch, a sliding window for
 API backends) is :mod:`capjudge.judges.scoring` and :mod:`capjudge.judges.dispatch`.
+
+``Judge`` is a facade over small modules with one job each: :mod:`~capjudge.judges.prepare` (a
+sample checked, its image loaded), :mod:`~capjudge.judges.requests` (the requests of a method),
+:mod:`~capjudge.judges.answers` (reading an answer by the method's parser kind),
+:mod:`~capjudge.judges.records` (making a record) and :mod:`~capjudge.judges.sampling` (the G-Eval
+estimate for answers without log-probabilities).
 """
 
 from __future__ import annotations
@@ -24,10 +30,7 @@ from capjudge.judges.records import backend_spec, error_record, score_record
 from capjudge.judges.requests import RequestBuilder
 from capjudge.judges.scoring import ScoringRun
 from capjudge.prompts.registry import Method, get_method, get_template
-from capjudge.redact import get_logger
 from capjudge.types import ImageInput, PairResult, Sample, ScoreResult
-
-log = get_logger(__name__)
 
 API_KINDS = frozenset({"openai", "azure", "openai-compatible"})
 
@@ -82,6 +85,12 @@ class Judge:
     max_image_bytes, image_timeout:
         Size cap (bytes) and overall deadline (seconds, the whole download) of an ``http(s)`` image
         that a local backend downloads.
+    estimate_by_sampling:
+        N: a smoothing method's answer without usable log-probabilities (refused by the server, or
+        missing) is scored by the mean of N more answers sampled at temperature 1, on any backend
+        (:mod:`capjudge.judges.sampling`). Also read from ``backend_options`` (taken out of them
+        before the backend is built: ``--backend-opt estimate_by_sampling=N``) and the spec's
+        ``?estimate_by_sampling=N``. ``None`` or 0: no estimate.
     """
 
     def __init__(
@@ -316,3 +325,6 @@ class Judge:
 def score_images(judge: Judge, image: ImageInput, captions: Sequence[str]) -> list[ScoreResult]:
     """Score several captions of one image (convenience for notebooks)."""
     return list(judge.score_many(Sample(image, c) for c in captions))
+
+
+__all__ = ["API_KINDS", "Judge", "SampleError", "score_images"]
