@@ -77,7 +77,7 @@ def test_fleur_smoothing_equals_independent_computation(hf_backend, example_imag
         if not r.smoothed:
             continue
         # Re-generate once to get the token ids (the result keeps text and probabilities only).
-        req = judge._score_request(judge._prepare(0, sample))
+        req = judge.requests.score_request(judge.prepare_sample(0, sample))
         comp = hf_backend.generate_one(req)
         assert comp.text == r.raw
         expected, _ = independent_fleur(hf_backend, Path(sample.image), sample.caption, _generated_ids(hf_backend, comp.steps))

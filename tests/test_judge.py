@@ -250,7 +250,7 @@ def test_smoothing_reads_the_score_the_parser_read() -> None:
 
 
 def test_grouping_by_image_whatever_the_input_order(monkeypatch) -> None:
-    import capjudge.judges.judge as judge_module
+    import capjudge.judges.prepare as judge_module
 
     loads: list[str] = []
     real = judge_module.load_image

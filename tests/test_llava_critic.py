@@ -82,7 +82,7 @@ def test_critic_methods_run_on_the_tiny_llava(tiny_llava_dir: Path) -> None:
         assert len(results) == 2 and all(r.method == "llava-critic-pointwise" for r in results)
         assert all(r.ok or "no score" in (r.error or "") for r in results)
         assert all(r.details.get("judge_preset") == "llava-1.5" for r in results)
-        prompt = judge.backend.load().format_prompt(judge._score_request(judge._prepare(0, Sample(EXAMPLES / "images" / "dog.jpg", "a dog runs"))).messages)
+        prompt = judge.backend.load().format_prompt(judge.requests.score_request(judge.prepare_sample(0, Sample(EXAMPLES / "images" / "dog.jpg", "a dog runs"))).messages)
         assert prompt == "USER: <image>\n" + CARD_POINTWISE.format(q=QUESTION, r="a dog runs") + " ASSISTANT:"
     with Judge("llava-critic-pairwise", spec, max_new_tokens=8) as judge:
         pair = judge.compare(EXAMPLES / "images" / "dog.jpg", "a dog runs", "two cats")

@@ -15,7 +15,7 @@ import pytest
 
 from capjudge.backends.base import BackendError, Completion, GenerationConfig, Message, Request
 from capjudge.backends.cache import CachedBackend, ResponseCache
-from capjudge.backends.openai import OpenAIBackend, SamplingEstimate, estimate_by_sampling
+from capjudge.backends.openai import OpenAIBackend
 from capjudge.backends.openai.caps import lookup_caps
 from capjudge.backends.openai.retry import RetryPolicy, wait_seconds
 from capjudge.backends.registry import load_backend
@@ -221,27 +221,6 @@ def test_reasoning_models_get_max_completion_tokens(server: FakeOpenAIServer) ->
         b.generate_one(req("a", max_new_tokens=50))
     body = server.received[0].body
     assert body["max_completion_tokens"] == 50 and "max_tokens" not in body and "temperature" not in body
-
-
-def test_estimate_by_sampling_when_logprobs_refused() -> None:
-    answers = iter(["0.80", "0.60", "0.80", "0.60"])
-
-    def responder(r: Received) -> Reply:
-        if r.body.get("temperature") == 1.0:
-            return Reply(body=chat_body(next(answers)))
-        return default_responder(r)
-
-    with running_server(expected_key=KEY, refuse_logprobs=True, responder=responder) as srv, compat(srv, estimate_by_sampling=4) as b:
-        out = b.generate_one(req("a", top=5))
-        est = out.meta["sampling_estimate"]
-        assert est["mean"] == pytest.approx(0.7) and est["calls"] == 4 and est["n"] == 4
-        assert est["first"][8] == pytest.approx(0.5) and est["first"][6] == pytest.approx(0.5)
-        sampled = [r for r in srv.received if r.body.get("temperature") == 1.0]
-        assert len(sampled) == 4 and all("logprobs" not in r.body for r in sampled)
-    # The helper also works on any backend (here: through a cache, so samples are cached by index).
-    with running_server(expected_key=KEY) as srv, compat(srv) as b:
-        est2 = estimate_by_sampling(b, req("b"), n=3)
-        assert isinstance(est2, SamplingEstimate) and est2.calls == 3 and est2.mean is not None
 
 
 # -- retries --------------------------------------------------------------------------------------

@@ -337,7 +337,7 @@ def test_auto_preset_on_each_architecture(tiny_vlm, example_images, arch: str) -
         assert r.ok and r.smoothed and 0.0 <= (r.score or 0.0) <= 1.0, r.error
         be = judge.backend.load()
         assert (be.chat_format, be.pad_square, be.system_policy) == (expected.chat_format, expected.pad_square, expected.system_policy)
-        img = judge._prepare(0, Sample(example_images[0], "x")).image
+        img = judge.prepare_sample(0, Sample(example_images[0], "x")).image
         prompt = be.format_prompt((Message("system", "Be strict."), Message("user", "Rate it.", images=(img,))))
         assert "Rate it." in prompt
         # (The tiny Gemma 3 template sets its folded system text inside the loop, where Jinja's

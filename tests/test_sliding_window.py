@@ -137,7 +137,7 @@ def test_window_and_batches_make_the_same_records(method: str) -> None:
     with running_server(responder=answer) as srv:
         judge = judge_on(srv, method, concurrency=3)
         windowed = sorted(judge.score_stream(samples), key=lambda t: t[0])
-        judge._contexts.clear()
+        judge.contexts.clear()
         batched = sorted(ScoringRun(judge, BatchExecutor(judge.backend)).run(samples), key=lambda t: t[0])
         judge.close()
     assert [i for i, _ in windowed] == list(range(len(samples)))
@@ -158,13 +158,13 @@ def test_images_of_the_next_groups_are_loaded_ahead_in_another_thread(tmp_path: 
     paths.insert(3, corrupt_image)
     samples = [Sample(str(p), f"caption {j} of {p.name}", id=f"{p.name}-{j}") for p in paths for j in range(3)]
     loads: list[tuple[str, str]] = []
-    real_load = JudgeClass._load
+    real_load = JudgeClass.load_image
 
     def recording(self: Any, image: Any) -> Any:
         loads.append((str(image), threading.current_thread().name))
         return real_load(self, image)
 
-    monkeypatch.setattr(JudgeClass, "_load", recording)
+    monkeypatch.setattr(JudgeClass, "load_image", recording)
     with running_server() as srv:
         judge = judge_on(srv, "fleur", concurrency=2)
         results = list(judge.score_many(samples))
@@ -220,7 +220,7 @@ def test_a_submitted_answer_is_in_the_cache_when_the_judge_sees_it(tmp_path: Any
             assert backend.cache.stats()["writes"] >= seen
         assert backend.cache.stats()["writes"] == 5
         judge.close()
-    hit = CachedBackend(backend.inner, tmp_path).submit(judge._score_request(judge._prepare(0, Sample(RED, "caption 0")))).result()
+    hit = CachedBackend(backend.inner, tmp_path).submit(judge.requests.score_request(judge.prepare_sample(0, Sample(RED, "caption 0")))).result()
     assert isinstance(hit, Completion) and hit.cached
 
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from capjudge.backends.base import BackendError
 from capjudge.distributed.config import JudgeConfig, plan_units
+from capjudge.errors import UsageError
 from capjudge.redact import get_logger
 
 if TYPE_CHECKING:
@@ -38,16 +39,18 @@ log = get_logger(__name__)
 LOCAL_KINDS = frozenset({"hf", "llamacpp"})  # backends that run the model in the actor itself
 
 
-class RayUnavailable(ImportError):
-    """Ray (``pip install 'capjudge[ray]'``) is not installed."""
+class RayUnavailable(UsageError, ImportError):
+    """Ray (``pip install 'capjudge[ray]'``) is not installed (a usage error: the command line
+    exits 2)."""
 
 
 class RayStartError(BackendError):
     """Ray could not be started or reached (the run cannot go on: exit code 1)."""
 
 
-class RayPlanError(ValueError):
-    """The actors asked for do not fit the cluster (Ray would wait for them forever)."""
+class RayPlanError(UsageError, ValueError):
+    """The actors asked for do not fit the cluster (Ray would wait for them forever; a usage
+    error: the command line exits 2)."""
 
 
 @dataclass(frozen=True)

@@ -29,8 +29,7 @@ log = get_logger(__name__)
 def lost_record(judge: Judge, index: int, sample: Any, message: str, *, resumable: bool = True) -> ScoreResult:
     """The error record of a sample that was never judged (its worker failed), made as the judge
     makes every record; ``resumable`` marks it for a re-run to ask again."""
-    from capjudge.judges.judge import _Prepared
-    from capjudge.judges.scoring import sample_id
+    from capjudge.judges.prepare import Prepared, sample_id
     from capjudge.types import Sample
 
     if isinstance(sample, Sample):
@@ -40,8 +39,8 @@ def lost_record(judge: Judge, index: int, sample: Any, message: str, *, resumabl
             s = Sample(image=sample["image"], caption=sample["caption"], references=sample.get("references") or (), id=sample.get("id"))
         except (KeyError, TypeError, ValueError, AttributeError):
             s = Sample(image="<invalid>", caption="")
-    prep = _Prepared(index, s)
-    result = judge._error(prep, f"sample {sample_id(s, index)}: {message}")
+    prep = Prepared(index, s)
+    result = judge.error_record(prep, f"sample {sample_id(s, index)}: {message}")
     result.details["resumable"] = resumable
     return result
 

@@ -29,7 +29,8 @@ from capjudge.judges.dispatch import (
     make_executor,
 )
 from capjudge.judges.invariants import pair_problem
-from capjudge.judges.scoring import ImageMemo, cached_note, read_windows
+from capjudge.judges.records import cached_note
+from capjudge.judges.scoring import ImageMemo, read_windows
 from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
 from capjudge.parsing import parse_verdict
 from capjudge.prompts.registry import Method, TemplateError, get_template

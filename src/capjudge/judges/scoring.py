@@ -18,17 +18,18 @@ import contextlib
 from collections import OrderedDict, deque
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from capjudge.backends.base import Completion, Request
+from capjudge.backends.base import Backend, Completion, Request
 from capjudge.images import LoadedImage
 from capjudge.judges.dispatch import Answer, BatchExecutor, Executor, drive, make_executor
+from capjudge.judges.prepare import Prepared, image_key, sample_id
+from capjudge.judges.records import cached_note, short
+from capjudge.judges.requests import RequestBuilder
+from capjudge.judges.sampling import ask_estimate, wants_estimate
 from capjudge.parsing import parse_score_list
-from capjudge.prompts.registry import TemplateError, get_template
+from capjudge.prompts.registry import Method, TemplateError, get_template
 from capjudge.types import Sample, ScoreResult, normalize_caption
-
-if TYPE_CHECKING:
-    from capjudge.judges.judge import Judge, _Prepared
 
 Item = tuple[int, Any]  # (input index, sample as given)
 
@@ -113,16 +114,52 @@ def pack(groups: Iterable[list[Item]], size: int) -> Iterator[list[Item]]:
         yield batch
 
 
+class ScoringJudge(Protocol):
+    """What a scoring run needs from a judge (:class:`~capjudge.judges.judge.Judge` provides it)."""
+
+    method: Method
+    backend: Backend
+    batch_size: int
+    group_window: int
+    contexts: dict[tuple[str, str], str]
+    estimate_samples: int
+
+    @property
+    def requests(self) -> RequestBuilder:
+        """How the judge builds its requests."""
+        ...
+
+    def load_image(self, image: Any) -> LoadedImage | str:
+        """The image loaded, or the error text its samples get."""
+        ...
+
+    def prepare_sample(self, index: int, sample: Sample | dict[str, Any], images: dict[Any, Any] | None = None) -> Prepared:
+        """Check a caption and load its image (``images`` memoises loads)."""
+        ...
+
+    def record(self, prep: Prepared, **fields: Any) -> ScoreResult:
+        """The checked score record of ``prep``."""
+        ...
+
+    def error_record(self, prep: Prepared, message: str, raw: str | None = None, cause: BaseException | None = None) -> ScoreResult:
+        """An error record of ``prep``."""
+        ...
+
+    def read_answer(self, prep: Prepared, out: Completion) -> ScoreResult:
+        """The record of the answer to ``prep``'s scoring request."""
+        ...
+
+
 class ScoringRun:
     """One pass over samples: prepares them, asks the backend through an executor, parses answers."""
 
-    def __init__(self, judge: Judge, executor: Executor | None = None) -> None:
+    def __init__(self, judge: ScoringJudge, executor: Executor | None = None) -> None:
         self.judge = judge
         self.executor = executor or make_executor(judge.backend)
         self.done: deque[tuple[int, ScoreResult]] = deque()
         self.images: ImageMemo = ImageMemo()
         # (image sha, first-step template hash) -> samples waiting for that first step
-        self.waiting: dict[tuple[str, str], list[_Prepared]] = {}
+        self.waiting: dict[tuple[str, str], list[Prepared]] = {}
         # images of the next groups, loading in a background thread (sliding window only)
         self._loading: dict[Any, concurrent.futures.Future[LoadedImage | str]] = {}
         self._loader: concurrent.futures.ThreadPoolExecutor | None = None
@@ -188,7 +225,7 @@ class ScoringRun:
             return
         if self._loader is None:
             self._loader = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="capjudge-images")
-        self._loading[key] = self._loader.submit(self.judge._load, image)
+        self._loading[key] = self._loader.submit(self.judge.load_image, image)
 
     def _collect(self, group: list[Item]) -> None:
         """Move the group's image, if it was loaded ahead, into the memo ``start`` reads."""
@@ -214,11 +251,11 @@ class ScoringRun:
     def start(self, batch: Sequence[Item]) -> None:
         """Prepare a batch's samples and queue their first requests (errors are results at once)."""
         judge = self.judge
-        valid: dict[str, list[_Prepared]] = {}  # by image content: one group per picture
+        valid: dict[str, list[Prepared]] = {}  # by image content: one group per picture
         for index, sample in batch:
-            prep = judge._prepare(index, sample, self.images)
+            prep = judge.prepare_sample(index, sample, self.images)
             if prep.error is not None or prep.image is None:
-                self.done.append((index, judge._error(prep, prep.error or "not judged", cause=prep.cause)))
+                self.done.append((index, judge.error_record(prep, prep.error or "not judged", cause=prep.cause)))
             else:
                 valid.setdefault(prep.image.sha256, []).append(prep)
         for group in valid.values():
@@ -228,10 +265,10 @@ class ScoringRun:
                 for prep in group:
                     self._ask_context_then_score(prep)
 
-    def _fail(self, prep: _Prepared, message: str, cause: BaseException | None = None) -> None:
-        self.done.append((prep.index, self.judge._error(prep, message, cause=cause)))
+    def _fail(self, prep: Prepared, message: str, cause: BaseException | None = None) -> None:
+        self.done.append((prep.index, self.judge.error_record(prep, message, cause=cause)))
 
-    def _ask_context_then_score(self, prep: _Prepared) -> None:
+    def _ask_context_then_score(self, prep: Prepared) -> None:
         """Two-step methods: the first step once per image (memoised for the judge's lifetime,
         across runs by the response cache); the scoring step once it is answered."""
         judge = self.judge
@@ -242,15 +279,14 @@ class ScoringRun:
         assert prep.image is not None
         tpl = get_template(name)
         key = (prep.image.sha256, tpl.hash)
-        if key in judge._contexts:
-            prep.context = judge._contexts[key]
+        if key in judge.contexts:
+            prep.context = judge.contexts[key]
             self._ask_score(prep)
         elif key in self.waiting:
             self.waiting[key].append(prep)
         else:
             self.waiting[key] = [prep]
-            config = judge._config(judge.method.context_max_new_tokens, False, judge.method.context_temperature)
-            request = Request(judge._messages(tpl.render(), prep.image), config)
+            request = judge.requests.context_request(tpl.render(), prep.image)
             self.executor.add(request, lambda out: self._context_answered(key, name, out))
 
     def _context_answered(self, key: tuple[str, str], name: str, out: Answer) -> None:
@@ -262,31 +298,40 @@ class ScoringRun:
             failure = "the model returned an empty context"
         else:
             failure = None
-            judge._contexts[key] = out.text.strip()
+            judge.contexts[key] = out.text.strip()
         for prep in self.waiting.pop(key, []):
             assert prep.image is not None
             if failure is not None:
                 self._fail(prep, f"sample {_sid(prep)}: first step ({name}) failed for image {prep.image.label!r}: {failure}", cause)
             else:
-                prep.context = judge._contexts[key]
+                prep.context = judge.contexts[key]
                 self._ask_score(prep)
 
-    def _ask_score(self, prep: _Prepared) -> None:
+    def _ask_score(self, prep: Prepared) -> None:
         judge = self.judge
         try:
-            request = judge._score_request(prep)
+            request = judge.requests.score_request(prep)
         except TemplateError as exc:
             self._fail(prep, f"sample {_sid(prep)}: {exc}")
             return
-        self.executor.add(request, lambda out: self.done.append((prep.index, self._scored(prep, out))))
+        self.executor.add(request, lambda out: self._score_answered(prep, request, out))
 
-    def _scored(self, prep: _Prepared, out: Answer) -> ScoreResult:
+    def _score_answered(self, prep: Prepared, request: Request, out: Answer) -> None:
+        """The record, once the answer is there; an answer without the log-probabilities its
+        method reads waits first for the judge's sampling estimate (:mod:`.sampling`), if asked."""
+        n = self.judge.estimate_samples
+        if isinstance(out, Completion) and wants_estimate(request, out, n):
+            ask_estimate(self.executor.add, request, out, n, lambda estimated: self.done.append((prep.index, self._scored(prep, estimated))))
+            return
+        self.done.append((prep.index, self._scored(prep, out)))
+
+    def _scored(self, prep: Prepared, out: Answer) -> ScoreResult:
         if isinstance(out, BaseException):
-            return self.judge._error(prep, f"sample {_sid(prep)}: backend error: {type(out).__name__}: {out}", cause=out)
-        return self.judge._parse_safely(prep, out)
+            return self.judge.error_record(prep, f"sample {_sid(prep)}: backend error: {type(out).__name__}: {out}", cause=out)
+        return self.judge.read_answer(prep, out)
 
     # ------------------------------------------------------------------ listwise
-    def _ask_list(self, group: list[_Prepared]) -> None:
+    def _ask_list(self, group: list[Prepared]) -> None:
         """Seed 002: one prompt per image listing all its captions; one score per caption."""
         judge = self.judge
         try:
@@ -296,10 +341,10 @@ class ScoringRun:
                 self._fail(prep, f"sample {_sid(prep)}: {exc}")
             return
         assert group[0].image is not None
-        request = Request(judge._messages(prompt, group[0].image), judge._config(max(judge.method.max_new_tokens, 16 * len(group)), False, judge.method.temperature))
+        request = judge.requests.list_request(prompt, group[0].image, len(group))
         self.executor.add(request, lambda out: self._list_answered(group, out))
 
-    def _list_answered(self, group: list[_Prepared], out: Answer) -> None:
+    def _list_answered(self, group: list[Prepared], out: Answer) -> None:
         judge = self.judge
         if isinstance(out, BaseException):
             for prep in group:
@@ -311,45 +356,31 @@ class ScoringRun:
             details = {"list_position": k + 1, "list_size": len(group), "cached": out.cached}
             if score is None:
                 message = f"sample {_sid(prep)}: no score for item {k + 1} in the listwise answer: {short(out.text)!r}{cached_note(out)}"
-                result = judge._result(prep, score=None, raw=out.text, status="error", error=message, details=details)
+                result = judge.record(prep, score=None, raw=out.text, status="error", error=message, details=details)
             else:
-                result = judge._result(prep, score=score, raw_score=score, raw=out.text, details=details)
+                result = judge.record(prep, score=score, raw_score=score, raw=out.text, details=details)
             self.done.append((prep.index, result))
-
-
-def cached_note(out: Completion) -> str:
-    """Said in an error that comes from an answer replayed from the response cache."""
-    return " (this answer came from the response cache)" if out.cached else ""
 
 
 def _image_of(sample: Any) -> Any:
     return sample.get("image") if isinstance(sample, dict) else getattr(sample, "image", None)
 
 
-def image_key(image: Any) -> Any:
-    """A cheap grouping key for an image input before it is loaded (path text, bytes, object id)."""
-    if isinstance(image, (str, Path)):
-        return ("path", str(image))
-    if isinstance(image, (bytes, bytearray)):
-        return ("bytes", bytes(image))  # exact: the key also memoises the decoded image
-    if isinstance(image, LoadedImage):
-        return ("sha", image.sha256)
-    return ("object", id(image)) if image is not None else None
-
-
-def sample_id(sample: Sample, index: int) -> str:
-    """The id a result carries: the sample's own, else its input position."""
-    return sample.id if sample.id is not None else str(index)
-
-
-def short(text: str | None, n: int = 80) -> str:
-    """One line of at most ``n`` characters (answers quoted in error messages)."""
-    if text is None:
-        return "<none>"
-    text = " ".join(text.split())
-    return text if len(text) <= n else text[: n - 3] + "..."
-
-
-def _sid(prep: _Prepared) -> str:
+def _sid(prep: Prepared) -> str:
     return sample_id(prep.sample, prep.index)
 
+
+__all__ = [
+    "IMAGE_MEMO_BYTES",
+    "PREFETCH_BYTES",
+    "ImageMemo",
+    "ScoringJudge",
+    "ScoringRun",
+    "cached_note",
+    "image_groups",
+    "image_key",
+    "pack",
+    "read_windows",
+    "sample_id",
+    "short",
+]

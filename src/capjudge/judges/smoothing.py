@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from capjudge.backends.base import DIGITS, TokenStep
+from capjudge.errors import SampleFailure
 
 SCORE_PATTERN = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?(\d*)")
 """A printed 0-1 score: units digit, first and second decimal, further decimals."""
@@ -234,7 +235,7 @@ def _as_decimal(m: re.Match[str]) -> str:
     return f"{m.group(1)}.{m.group(2)}{m.group(3) or ''}{m.group(4)}"
 
 
-class CodeSearchError(ValueError):
+class CodeSearchError(SampleFailure, ValueError):
     """FLEUR's code could not smooth this answer (it would have crashed, or reused the previous
     sample's score)."""
 

@@ -1,0 +1,78 @@
+"""Making a score record: every :class:`~capjudge.types.ScoreResult` a judge writes is made here.
+
+An ``ok`` record without a finite score on the method's scale becomes an error record naming the
+cause (:mod:`capjudge.judges.invariants`); an error record says whether a re-run may cure it
+(:func:`capjudge.backends.faults.failure_details`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from capjudge.backends.base import Backend, Completion
+from capjudge.backends.faults import failure_details
+from capjudge.judges.invariants import checked_score
+from capjudge.judges.prepare import Prepared, sample_id
+from capjudge.prompts.registry import Method
+from capjudge.types import ScoreResult, image_label
+
+
+def backend_spec(backend: Backend) -> str:
+    """The backend spec written into results."""
+    return backend.spec or f"{backend.kind}:{backend.model}"
+
+
+def short(text: str | None, n: int = 80) -> str:
+    """One line of at most ``n`` characters (answers quoted in error messages)."""
+    if text is None:
+        return "<none>"
+    text = " ".join(text.split())
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def cached_note(out: Completion) -> str:
+    """Said in an error that comes from an answer replayed from the response cache."""
+    return " (this answer came from the response cache)" if out.cached else ""
+
+
+def score_record(prep: Prepared, method: Method, backend: Backend, judge_preset: str | None, **fields: Any) -> ScoreResult:
+    """The record of ``prep`` judged by ``method`` on ``backend`` (``fields``: ``score``,
+    ``status``, ``raw``, ``details``, ...), checked: an ``ok`` record without a finite score on the
+    method's scale becomes an error record (:mod:`.invariants`)."""
+    if judge_preset is not None:
+        fields["details"] = {**(fields.get("details") or {}), "judge_preset": judge_preset}
+    resized = prep.image.downscale_details() if prep.image is not None else None
+    if resized is not None:
+        fields["details"] = {**(fields.get("details") or {}), "image_downscaled": resized}
+    if fields.get("status", "ok") == "ok":
+        given = fields.get("score")
+        score, problem = checked_score(given, method.scale, outside_ok=method.parser == "first-integer")
+        if problem is not None:
+            raw = fields.get("raw")
+            fields.update(score=None, status="error", error=f"sample {sample_id(prep.sample, prep.index)}: {problem}; not scored (answer {short(raw)!r})")
+        elif score != given:
+            fields["score"] = score  # a rounding overshoot, clipped to the scale
+            fields["details"] = {**(fields.get("details") or {}), "clipped_from": given}
+    s = prep.sample
+    return ScoreResult(
+        id=sample_id(s, prep.index),
+        image=image_label(s.image),
+        caption=s.caption if isinstance(s.caption, str) else repr(s.caption),
+        references=list(s.references),
+        method=method.name,
+        backend=backend_spec(backend),
+        model=backend.model,
+        template_hash=method.template_hash,
+        scale=method.scale,
+        context=prep.context,
+        **fields,
+    )
+
+
+def error_record(prep: Prepared, method: Method, backend: Backend, judge_preset: str | None, message: str, raw: str | None = None, cause: BaseException | None = None) -> ScoreResult:
+    """An error record; ``cause`` (a backend failure) says whether a re-run may cure it."""
+    details = failure_details(cause) if cause is not None else {}
+    return score_record(prep, method, backend, judge_preset, score=None, raw=raw, status="error", error=message, details=details)
+
+
+__all__ = ["backend_spec", "cached_note", "error_record", "score_record", "short"]

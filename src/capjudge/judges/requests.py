@@ -1,0 +1,86 @@
+"""Building requests from a method: the messages (system turn, prompt, image), the decoding
+settings, and the requests of each step (score, first step, listwise, follow-up question).
+
+A :class:`RequestBuilder` holds what a judge decides about its requests (the method, the system
+sentence, an answer-length override, how many alternatives to ask per token);
+:class:`~capjudge.judges.judge.Judge` makes one from its settings when it builds a request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from capjudge.backends.base import GenerationConfig, Message, Request
+from capjudge.images import LoadedImage
+from capjudge.judges.prepare import Prepared
+from capjudge.prompts.registry import Method, get_template
+from capjudge.types import normalize_caption
+
+
+@dataclass(frozen=True)
+class RequestBuilder:
+    """The requests of ``method``: ``system`` turn (or none), ``max_new_tokens`` override of the
+    method's answer length (``None``: the method's), ``top_logprobs`` alternatives per token when
+    the method smooths."""
+
+    method: Method
+    system: str | None = None
+    max_new_tokens: int | None = None
+    top_logprobs: int = 20
+
+    def messages(self, prompt: str, image: LoadedImage, history: Sequence[Message] = ()) -> tuple[Message, ...]:
+        """The system turn, then ``prompt`` with ``image`` (or after ``history``, which holds it)."""
+        msgs: list[Message] = []
+        if self.system:
+            msgs.append(Message("system", self.system))
+        if history:
+            msgs.extend(history)
+            msgs.append(Message("user", prompt))
+        else:
+            msgs.append(Message("user", prompt, images=(image,)))
+        return tuple(msgs)
+
+    def config(self, max_new_tokens: int, logprobs: bool, temperature: float = 0.0) -> GenerationConfig:
+        """Decoding settings: ``max_new_tokens`` unless overridden, alternatives when ``logprobs``."""
+        return GenerationConfig(
+            max_new_tokens=self.max_new_tokens or max_new_tokens,
+            temperature=temperature,
+            top_logprobs=self.top_logprobs if logprobs else 0,
+        )
+
+    def caption(self, text: str) -> str:
+        """The caption as the method's code puts it into the prompt: FLEUR's code collapses its
+        whitespace, VisCE2's code passes it as it is. References go in as they are (both codes)."""
+        return normalize_caption(text) if self.method.normalize_caption else str(text)
+
+    def score_request(self, prep: Prepared) -> Request:
+        """The scoring step of a prepared sample (its first step's answer in ``prep.context``)."""
+        method = self.method
+        tpl = get_template(method.template)
+        prompt = tpl.render(caption=self.caption(prep.sample.caption), references=list(prep.sample.references), context=prep.context or "")
+        assert prep.image is not None
+        return Request(self.messages(prompt, prep.image), self.config(method.max_new_tokens, method.smoothing, method.temperature))
+
+    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int) -> Request:
+        """A request at the method's temperature: the system turn, then ``prompt`` with ``image``."""
+        return Request(self.messages(prompt, image), self.config(max_new_tokens, False, self.method.temperature))
+
+    def context_request(self, prompt: str, image: LoadedImage) -> Request:
+        """A two-step method's first step (asked once per image)."""
+        method = self.method
+        return Request(self.messages(prompt, image), self.config(method.context_max_new_tokens, False, method.context_temperature))
+
+    def list_request(self, prompt: str, image: LoadedImage, captions: int) -> Request:
+        """The listwise prompt of ``captions`` captions of one image (room for a score each)."""
+        method = self.method
+        return Request(self.messages(prompt, image), self.config(max(method.max_new_tokens, 16 * captions), False, method.temperature))
+
+    def follow_up(self, first: Request, answer: str, prompt: str, image: LoadedImage) -> Request:
+        """The follow-up question ``prompt`` after ``first`` was answered ``answer`` (the score's
+        explanation), greedy, up to 512 new tokens."""
+        history = [m for m in first.messages if m.role != "system"] + [Message("assistant", answer)]
+        return Request(self.messages(prompt, image, history=history), self.config(512, False))
+
+
+__all__ = ["RequestBuilder"]
