@@ -62,7 +62,13 @@ from capjudge.backends.openai.client import (
     resolve_key,
     say_key_destination,
 )
-from capjudge.backends.openai.retry import APIRequestError, DeadlineExceeded, RetryPolicy, describe, within_deadline
+from capjudge.backends.openai.retry import (
+    APIRequestError,
+    DeadlineExceeded,
+    RetryPolicy,
+    describe,
+    within_deadline,
+)
 from capjudge.backends.openai.transport import LoopThread, post_json, send_chat
 from capjudge.backends.openai.wire import ChatWire, merge_extra, refused_field
 from capjudge.backends.options import OptionError, as_json_object
