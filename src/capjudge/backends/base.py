@@ -143,6 +143,10 @@ class Completion:
     """What a backend answered to one request.
 
     ``steps`` is empty when the backend gave no log-probabilities (``logprobs=False``).
+    ``steps_checked``: the backend that made it has checked its log-probabilities
+    (:func:`capjudge.backends.logprobs.steps_problem`), so the response cache and the judge do not
+    check them again; never stored (an answer read back from the cache is checked again), and not
+    carried over by ``dataclasses.replace``.
     """
 
     text: str
@@ -153,6 +157,7 @@ class Completion:
     cached: bool = False
     finish_reason: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    steps_checked: bool = field(default=False, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (what the cache stores)."""

@@ -170,7 +170,7 @@ class ChatWire:
             meta["choices"] = [((c.get("message") or {}).get("content")) or "" for c in choices]
         if asked_logprobs and not steps:
             meta["logprobs_missing"] = True  # asked, but the server sent none
-        return Completion(
+        completion = Completion(
             text=text,
             steps=steps,
             logprobs=bool(steps),
@@ -179,6 +179,8 @@ class ChatWire:
             finish_reason=choice.get("finish_reason"),
             meta=meta,
         )
+        completion.steps_checked = True  # the cache and the judge need not check them again
+        return completion
 
     def mark_logprobs(self, completion: Completion, *, sent: bool, top_logprobs: Any, wanted: bool) -> Completion:
         """Record on ``completion`` the ``top_logprobs`` sent, or that log-probabilities were wanted
