@@ -32,9 +32,11 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import importlib
 import itertools
 import json
 import threading
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -503,3 +505,25 @@ class OpenAIBackend(Backend):
 
     def __repr__(self) -> str:
         return f"OpenAIBackend({self.spec!r})"
+
+
+_MOVED = {
+    "check_options": "capjudge.backends.openai.options",
+    "from_spec": "capjudge.backends.openai.options",
+    "SamplingEstimate": "capjudge.judges.sampling",
+    "estimate_by_sampling": "capjudge.judges.sampling",
+    "sampling_requests": "capjudge.judges.sampling",
+    "fleur_score": "capjudge.judges.sampling",
+}
+_warned: set[str] = set()
+
+
+def __getattr__(name: str) -> Any:
+    # Names that lived here before the split, for one release (a lazy import: options.py imports
+    # this module, and backends never import judges).
+    if name not in _MOVED:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if name not in _warned:
+        _warned.add(name)
+        warnings.warn(f"capjudge.backends.openai.backend.{name} moved to {_MOVED[name]}.{name}; the old path goes in the next release", DeprecationWarning, stacklevel=2)
+    return getattr(importlib.import_module(_MOVED[name]), name)
