@@ -1,6 +1,6 @@
 """Token usage, cost and budgets for API judges.
 
-Every API call reports its token counts (:class:`capjudge.backends.base.Usage`); a
+Every API call reports its token counts (:class:`Usage`); a
 :class:`UsageTracker` adds them up for a run and prices them from a :class:`PriceTable` (USD per
 million tokens, overridable from a dict or a JSON file). With ``max_cost`` set, the tracker refuses
 to send a request whose worst-case cost could take the run over budget: that request, and every
@@ -18,10 +18,23 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Union
 
-from capjudge.backends.base import BackendError, Usage
+from capjudge.errors import BackendError
 from capjudge.redact import get_logger
 
 log = get_logger(__name__)
+
+
+@dataclass
+class Usage:
+    """Token counts of one call (also importable from :mod:`capjudge.backends.base`)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Prompt plus completion tokens."""
+        return self.prompt_tokens + self.completion_tokens
 
 _warned_lock = threading.Lock()
 

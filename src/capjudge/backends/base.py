@@ -21,8 +21,29 @@ from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
+from capjudge.backends import kinds
 from capjudge.errors import BackendError
 from capjudge.images import LoadedImage
+from capjudge.usage import Usage
+
+__all__ = [
+    "DIGITS",
+    "SPECIAL_SHAPED",
+    "TEXT_AS_TEXT_KINDS",
+    "Backend",
+    "BackendError",
+    "Capabilities",
+    "Completion",
+    "ContextLengthError",
+    "DelegatingBackend",
+    "GenerationConfig",
+    "Message",
+    "PromptTokens",
+    "Request",
+    "Role",
+    "TokenStep",
+    "Usage",
+]
 
 Role = Literal["system", "user", "assistant"]
 
@@ -118,23 +139,14 @@ class TokenStep:
 
 
 @dataclass
-class Usage:
-    """Token counts of one call."""
-
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-
-    @property
-    def total_tokens(self) -> int:
-        """Prompt plus completion tokens."""
-        return self.prompt_tokens + self.completion_tokens
-
-
-@dataclass
 class Completion:
     """What a backend answered to one request.
 
     ``steps`` is empty when the backend gave no log-probabilities (``logprobs=False``).
+    ``steps_checked``: the backend that made it has checked its log-probabilities
+    (:func:`capjudge.backends.logprobs.steps_problem`), so the response cache and the judge do not
+    check them again; never stored (an answer read back from the cache is checked again), and not
+    carried over by ``dataclasses.replace``.
     """
 
     text: str
@@ -145,6 +157,7 @@ class Completion:
     cached: bool = False
     finish_reason: str | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    steps_checked: bool = field(default=False, init=False, repr=False, compare=False)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON form (what the cache stores)."""
@@ -207,10 +220,32 @@ class Capabilities:
 
 
 class Backend(abc.ABC):
-    """A VLM that continues chats. Subclasses implement :meth:`generate`.
+    """A VLM that continues chats: the backend contract.
 
-    ``spec`` is the string the backend was made from (``hf:llava-hf/llava-1.5-7b-hf``); ``kind`` the
-    registry key; ``model`` the model id written into results.
+    A backend must have:
+
+    - :meth:`generate` (the one abstract method): every request answered, the i-th item the
+      :class:`Completion` of ``requests[i]`` or the exception that request raised, never raising
+      for one bad request;
+    - the attributes ``kind`` (its key in :mod:`capjudge.backends.kinds`: what the kind is decides
+      the rest, never a comparison of kind strings), ``spec`` (the string it was made from, as
+      shown: no secrets), ``model`` (the model id written into results) and ``capabilities``
+      (:class:`Capabilities`: what judges may ask of it).
+
+    Optional, with defaults here:
+
+    - :meth:`stream` (answers as they arrive; default: :meth:`generate`'s, in order) and
+      :meth:`submit` (one request started; default: answered at once). A backend that runs
+      requests concurrently says so with ``capabilities.concurrency > 0`` and overrides both;
+    - :meth:`identity` (everything that changes an answer, never secrets: the cache key's part;
+      default: kind and model): override it to add every setting that changes answers;
+    - :meth:`prompt_tokens` (the tokens the model reads; default ``None``: it cannot show them);
+    - :meth:`close` (release servers, GPU memory; default: nothing).
+
+    :meth:`generate_one`, :meth:`cache_key` and the context-manager methods are derived from
+    these and are not overridden. Usage and cost (API backends) travel in ``Completion.usage`` and
+    ``Completion.meta``; anything more a caller reads off a backend (a usage tracker, batch mode's
+    request bodies) belongs to that backend's own class, not to this contract.
     """
 
     kind: str = "base"
@@ -259,7 +294,7 @@ class Backend(abc.ABC):
     def cache_key(self, request: Request) -> str:
         """A stable hash of the backend identity and the request."""
         parts: dict[str, Any] = {"backend": self.identity(), "request": request.fingerprint()}
-        if self.kind in TEXT_AS_TEXT_KINDS and any(SPECIAL_SHAPED.search(m.content) for m in request.messages):
+        if kinds.text_as_text(self.kind) and any(SPECIAL_SHAPED.search(m.content) for m in request.messages):
             parts["message_text"] = "text"
         payload = json.dumps(parts, sort_keys=True, default=str)
         return hashlib.sha256(payload.encode()).hexdigest()
@@ -277,13 +312,14 @@ class Backend(abc.ABC):
         return f"{type(self).__name__}({self.spec or self.model!r})"
 
 
-TEXT_AS_TEXT_KINDS = ("hf", "llamacpp")
+TEXT_AS_TEXT_KINDS = kinds.text_as_text_kinds()
 """Backends that tokenize the prompt themselves and read message text spelling a special token
 (``</s>``, ``<|im_end|>``, ``<image>``, ``[INST]``) as plain text (``backends/hf/specials.py``,
 ``backends/llamacpp/specials.py``)."""
 
 SPECIAL_SHAPED = re.compile(r"<\|?/?[A-Za-z_][^<>\s]{0,40}\|?>|\[/?[A-Z_]{2,20}\]")
-"""Text shaped like a special token. On the backends of :data:`TEXT_AS_TEXT_KINDS`, a request holding
+"""Text shaped like a special token. On the backends whose kind reads message text as text
+(:func:`capjudge.backends.kinds.text_as_text`, :data:`TEXT_AS_TEXT_KINDS`), a request holding
 such text gets a cache key of its own, so that an answer cached before message text was read as text
 (when a caption could close the turn or fake an image) is never replayed; other requests keep their keys."""
 

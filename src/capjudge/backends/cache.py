@@ -66,7 +66,7 @@ def cacheable(request: Request) -> bool:
 def storable(completion: Completion) -> bool:
     """Whether an answer may be stored for later runs: its token log-probabilities (if any) are
     log-probabilities. One that is not is this run's error, and must not be replayed by the next."""
-    return not completion.steps or steps_problem(completion.steps) is None
+    return not completion.steps or completion.steps_checked or steps_problem(completion.steps) is None
 
 
 def _pack(values: Sequence[float]) -> str:

@@ -22,10 +22,12 @@ from typing import Any
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_PICKLE, MODE_RAW, MODE_TEXT, UNKNOWN
 
+from capjudge.errors import CapjudgeError
+
 _MODES = {MODE_RAW: "raw", MODE_BINARY: "binary", MODE_TEXT: "text", MODE_PICKLE: "pickle"}
 
 
-class UnsafeEntry(ValueError):
+class UnsafeEntry(CapjudgeError, ValueError):
     """A stored entry that is not a JSON value written by :class:`DataDisk` (never loaded)."""
 
 

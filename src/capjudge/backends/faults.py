@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from capjudge.backends.base import BackendError
+from capjudge.errors import BackendError
 from capjudge.redact import get_logger
 
 log = get_logger(__name__)

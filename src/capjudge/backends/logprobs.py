@@ -93,8 +93,9 @@ def steps_problem(steps: Sequence[TokenStep], *, who: str = "the backend") -> st
 
 
 def checked(answer: Completion | BaseException, *, who: str = "the backend") -> Completion | BaseException:
-    """``answer``, or an :class:`InvalidLogprobError` naming why its log-probabilities are none."""
-    if isinstance(answer, Completion) and answer.steps:
+    """``answer``, or an :class:`InvalidLogprobError` naming why its log-probabilities are none
+    (an answer its backend has checked already, ``steps_checked``, is not checked again)."""
+    if isinstance(answer, Completion) and answer.steps and not answer.steps_checked:
         problem = steps_problem(answer.steps, who=who)
         if problem:
             cached = " (this answer came from the response cache)" if answer.cached else ""

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import json
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from capjudge.backends.base import BackendError
+from capjudge.errors import BackendError
 
 
 class OptionError(BackendError, ValueError):
@@ -56,3 +57,17 @@ def as_float(value: Any, name: str = "option") -> float | None:
         return float(value)
     except (TypeError, ValueError):
         raise OptionError(f"option {name}={value!r} is not a number") from None
+
+
+def as_json_object(value: Mapping[str, Any] | str | None, name: str) -> dict[str, Any]:
+    """A dict from a mapping or a JSON object's text; ``{}`` for nothing (``ValueError`` otherwise)."""
+    if value is None or value == "":
+        return {}
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError as exc:
+            raise ValueError(f"{name} must be a JSON object, got {value!r}") from exc
+    if not isinstance(value, Mapping):
+        raise ValueError(f"{name} must be a mapping, got {type(value).__name__}")
+    return dict(value)

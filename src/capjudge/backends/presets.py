@@ -37,6 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from capjudge.backends import kinds
+from capjudge.errors import CapjudgeError
+
 ChatFormat = Literal["llava", "template", "plain"]
 SystemPolicy = Literal["keep", "fold"]
 ImageTokens = Literal["marker", "template", "prefix"]
@@ -47,7 +50,7 @@ METHOD_SYSTEM = "method"
 """``default_system`` value meaning: the method's own system sentence (``Method.system``)."""
 
 
-class UnknownPresetError(ValueError):
+class UnknownPresetError(CapjudgeError, ValueError):
     """No judge preset of that name."""
 
 
@@ -210,7 +213,7 @@ def preset_for_config(config: Mapping[str, Any], name_hint: str = "") -> JudgePr
     return PRESETS[name] if name else None
 
 
-class OriginalCheckpointError(ValueError):
+class OriginalCheckpointError(CapjudgeError, ValueError):
     """The folder or hub id holds a checkpoint in its authors' own format, which transformers
     cannot load (LLaVA-NeXT's ``LlavaQwenForCausalLM``, InternVL's remote code, ...)."""
 
@@ -302,20 +305,21 @@ def preset_options(kind: str, name: str) -> dict[str, str]:
     ``llamacpp`` the families libmtmd runs, as its ``prompt_format`` (``llava_v1`` for LLaVA-1.5,
     the GGUF's ``chat_template`` otherwise); API backends none: their server applies the model's
     own chat template. Raises :class:`UnknownPresetError` or ``ValueError`` naming what applies."""
-    kind = kind.strip().lower()
+    entry = kinds.get(kind)
     if str(name).strip().lower() == "auto":
-        return {"preset": "auto"} if kind == "hf" else {}
+        return {"preset": "auto"} if entry.preset_option == "preset" else {}
     preset = get_preset(name)
-    if kind == "hf":
+    if entry.preset_option == "preset":
         return {"preset": preset.name}
-    if kind == "llamacpp":
-        if kind not in preset.backends:
-            runs = ", ".join(p.name for p in _PRESETS if kind in p.backends)
-            raise ValueError(f"judge preset {preset.name!r} does not apply to the llamacpp backend (llama.cpp's libmtmd runs: {runs})")
+    if entry.preset_option == "prompt_format":
+        if entry.name not in preset.backends:
+            runs = ", ".join(p.name for p in _PRESETS if entry.name in p.backends)
+            raise ValueError(f"judge preset {preset.name!r} does not apply to the {entry.name} backend (llama.cpp's libmtmd runs: {runs})")
         return {"prompt_format": "llava_v1" if preset.chat_format == "llava" else "chat_template"}
-    if kind in ("openai", "azure", "openai-compatible"):
-        raise ValueError(f"judge presets apply to local backends (hf, llamacpp); an {kind} server applies the model's own chat template (use --system none where it rejects a system turn)")
-    raise ValueError(f"judge presets do not apply to {kind!r} backends")
+    if entry.api:
+        local = ", ".join(kinds.preset_kinds())
+        raise ValueError(f"judge presets apply to local backends ({local}); an {entry.name} server applies the model's own chat template (use --system none where it rejects a system turn)")
+    raise ValueError(f"judge presets do not apply to {entry.name!r} backends")
 
 
 def preset_of(identity: Mapping[str, Any], requested: str | None = None) -> JudgePreset | None:

@@ -1,6 +1,7 @@
 """Backend spec strings (``hf:<model>``, ``llamacpp:<gguf>?mmproj=<gguf>``, ``openai:<model>``,
 ``azure:<deployment>``, ``openai-compatible:<base_url>#<model>``) and the registry that maps a
-kind to the module that builds it. A new backend is one module plus one entry here."""
+kind to the module that builds it. A new backend is one module plus one entry of the table of kinds
+(:mod:`capjudge.backends.kinds`), which says what each kind is."""
 
 from __future__ import annotations
 
@@ -10,12 +11,20 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qsl
 
+from capjudge.backends import kinds
 from capjudge.backends.base import Backend
 from capjudge.backends.credentials import UrlAuth, mask_argv, mask_options, split_url
+from capjudge.backends.options import as_int
+from capjudge.errors import UsageError
+
+JUDGE_OPTIONS = ("estimate_by_sampling",)
+"""Options accepted beside any backend's (spec ``?key=value`` or ``--backend-opt``) that belong to the
+judge, not the backend: the :class:`~capjudge.judges.judge.Judge` takes them out before it builds
+the backend (``estimate_by_sampling=N``: the G-Eval sampling estimate, ``capjudge.judges.sampling``)."""
 
 
-class UnknownBackendError(ValueError):
-    """The spec names no registered backend kind, or is malformed."""
+class UnknownBackendError(UsageError, ValueError):
+    """The spec names no registered backend kind, or is malformed (a usage error: exit 2)."""
 
 
 @dataclass(frozen=True)
@@ -37,20 +46,16 @@ class BackendSpec:
 
 
 # kind -> "module:factory"; the factory takes (spec: BackendSpec, **options) and returns a Backend.
-_REGISTRY: dict[str, str | Callable[..., Backend]] = {
-    "hf": "capjudge.backends.hf:from_spec",
-    "llamacpp": "capjudge.backends.llamacpp:from_spec",
-    "openai": "capjudge.backends.openai:from_spec",
-    "azure": "capjudge.backends.openai:from_spec",
-    "openai-compatible": "capjudge.backends.openai:from_spec",
-    "scripted": "capjudge.backends.scripted:from_spec",
-}
+_REGISTRY: dict[str, str | Callable[..., Backend]] = {k.name: k.factory for k in kinds.BUILTIN}
 
 
 def register_backend(kind: str, factory: str | Callable[..., Backend]) -> None:
     """Register a backend kind: ``factory(spec: BackendSpec, **options) -> Backend`` or an import
-    path ``"package.module:function"``."""
+    path ``"package.module:function"``. A kind new to :mod:`capjudge.backends.kinds` joins its
+    table with every property off (not an API, not local, no presets)."""
     _REGISTRY[kind] = factory
+    if kind not in kinds.KINDS:
+        kinds.register_kind(kinds.BackendKind(kind, factory if isinstance(factory, str) else ""))
 
 
 def list_backends() -> list[str]:
@@ -72,7 +77,7 @@ def parse_spec(spec: str) -> BackendSpec:
     target = rest
     shown = spec
     url_auth = UrlAuth()
-    if kind == "openai-compatible":
+    if kinds.get(kind).url_target:
         # Credentials out of the base URL before anything uses it (the model follows '#').
         base, hash_, model = rest.rpartition("#") if "#" in rest else (rest, "", "")
         split = split_url(base)
@@ -94,8 +99,7 @@ def _module(parsed: BackendSpec, path: str) -> Any:
     try:
         return importlib.import_module(module_name)
     except ImportError as exc:
-        extra = {"hf": "hf", "llamacpp": "llamacpp"}.get(parsed.kind)
-        hint = f" (install it with: pip install 'capjudge[{extra}]')" if extra else ""
+        hint = kinds.get(parsed.kind).install_hint()
         raise UnknownBackendError(f"backend {parsed.kind!r} is not available: {exc}{hint}") from exc
 
 
@@ -106,11 +110,21 @@ def check_backend(spec: str, **options: Any) -> BackendSpec:
     ``check_options(spec, **options)`` function is only parsed."""
     parsed = parse_spec(spec)
     factory = _REGISTRY[parsed.kind]
+    merged = backend_options({**parsed.options, **options})
     if isinstance(factory, str):
         check = getattr(_module(parsed, factory), "check_options", None)
         if check is not None:
-            check(parsed, **{**parsed.options, **options})
+            check(parsed, **merged)
     return parsed
+
+
+def backend_options(options: dict[str, Any]) -> dict[str, Any]:
+    """``options`` without the judge's (:data:`JUDGE_OPTIONS`), whose values are checked here:
+    what a backend is built with."""
+    for name in JUDGE_OPTIONS:
+        if isinstance(options.get(name), str):
+            as_int(options[name], name)
+    return {k: v for k, v in options.items() if k not in JUDGE_OPTIONS}
 
 
 def load_backend(spec: str | Backend, *, lazy: bool = False, **options: Any) -> Backend:
@@ -129,7 +143,7 @@ def load_backend(spec: str | Backend, *, lazy: bool = False, **options: Any) -> 
         module = _module(parsed, factory)
         lazy_factory = getattr(module, "lazy_from_spec", None) if lazy else None
         factory = lazy_factory or getattr(module, factory.split(":")[1])
-    merged: dict[str, Any] = {**parsed.options, **options}
+    merged: dict[str, Any] = backend_options({**parsed.options, **options})
     try:
         return factory(parsed, **merged)
     except TypeError as exc:

@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from capjudge.backends.base import Backend
+from capjudge.backends.kinds import is_local
 from capjudge.metaeval.stats import kendall_tau_b, spearman
 from capjudge.parity.tokens import TokenDiff, first_difference
 from capjudge.redact import get_logger
@@ -117,9 +118,9 @@ def _settings_notes(a: Backend, b: Backend) -> list[str]:
     ids = {"a": a.identity(), "b": b.identity()}
     for name, other in (("a", "b"), ("b", "a")):
         me, them = ids[name], ids[other]
-        if me.get("kind") == "hf" and me.get("pad_square") and them.get("kind") != "hf":
+        if is_local(str(me.get("kind"))) and me.get("pad_square") and me.get("kind") != them.get("kind"):
             notes.append(
-                f"backend {name} (hf) pads images to a square first (LLaVA-1.5's own preprocessing); servers such as vLLM run "
+                f"backend {name} ({me.get('kind')}) pads images to a square first (LLaVA-1.5's own preprocessing); servers such as vLLM run "
                 f"the processor alone, which centre-crops: use pad_square=false on backend {name} to compare like with like"
             )
     return notes

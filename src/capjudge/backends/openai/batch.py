@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.backends.credentials import mask_argv, safe_options
+from capjudge.errors import CapjudgeError
 from capjudge.io import write_atomically
 from capjudge.redact import get_logger, scrub, scrub_data
 
@@ -49,7 +50,7 @@ TERMINAL = frozenset({"completed", "failed", "expired", "cancelled"})
 STATE_VERSION = 1
 
 
-class BatchStateError(RuntimeError):
+class BatchStateError(CapjudgeError, RuntimeError):
     """The state file cannot be read, or belongs to another run."""
 
 
@@ -77,7 +78,7 @@ class BatchLimits:
             raise ValueError(f"batch limits must be positive (requests {self.max_requests}, bytes {self.max_bytes})")
 
 
-class LineTooLarge(ValueError):
+class LineTooLarge(CapjudgeError, ValueError):
     """A single request is larger than the per-batch byte limit."""
 
 

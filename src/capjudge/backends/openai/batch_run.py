@@ -48,6 +48,7 @@ from capjudge.backends.openai.batch import (
 from capjudge.backends.openai.batch_store import PlanningBackend, ReplayBackend, RunStore
 from capjudge.backends.openai.caps import AZURE_MAX_TOP_LOGPROBS
 from capjudge.backends.openai.retry import RETRY_STATUS, describe
+from capjudge.backends.openai.wire import refused_field
 from capjudge.redact import get_logger, scrub
 
 log = get_logger("capjudge.backends.openai.batch_run")
@@ -400,14 +401,20 @@ class BatchSession:
         """A line refused for its log-probabilities (or the neutral penalty fields): remember it as
         the online backend does (no logprobs from now on, at most 5 ``top_logprobs``, no penalty
         fields) so the next round asks without them; ``True`` when the line is to be asked again."""
-        text = message.lower()
-        if status in (400, 422) and "repetition_penalty" in text and "repetition_penalty" in body and "repetition_penalty" not in self.api.extra_body:
+        refused = refused_field(
+            status,
+            message,
+            sent_penalties=self.api.wire.sent_penalties(body),
+            sent_logprobs=bool(body.get("logprobs")),
+            top_logprobs=int(body.get("top_logprobs") or 0),
+        )
+        if refused == "penalties":
             state.learned["no_penalties"] = True  # as online: no penalty fields from now on
             self._apply_learned(state)
             return True
-        if status not in (400, 422) or "logprob" not in text or not body.get("logprobs"):
+        if refused is None:
             return False
-        if "top_logprobs" in text and int(body.get("top_logprobs") or 0) > AZURE_MAX_TOP_LOGPROBS:
+        if refused == "top_logprobs":
             state.learned["top_cap"] = AZURE_MAX_TOP_LOGPROBS
         else:
             state.learned["logprobs_refused"] = scrub(f"server refused logprobs: HTTP {status}: {message}")
@@ -418,12 +425,12 @@ class BatchSession:
         """What earlier rounds learned about the server, applied to the backend that builds lines."""
         cap = state.learned.get("top_cap")
         if isinstance(cap, int):
-            self.api._top_cap = min(self.api._top_cap, cap)
+            self.api.top_cap = min(self.api.top_cap, cap)
         refused = state.learned.get("logprobs_refused")
         if isinstance(refused, str):
-            self.api._logprobs_refused = refused
+            self.api.logprobs_refused = refused
         if state.learned.get("no_penalties"):
-            self.api._send_penalties = False
+            self.api.send_penalties = False
 
     # ------------------------------------------------------------------ export / import
     def _export(self, plan_pass: Callable[[], None], say: Callable[[str], None]) -> None:

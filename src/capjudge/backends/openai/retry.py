@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from capjudge.backends.base import BackendError, ContextLengthError
+from capjudge.errors import CapjudgeError
 from capjudge.redact import scrub
 
 RETRY_STATUS = frozenset({408, 409, 429})
@@ -43,7 +44,7 @@ class MalformedResponseError(BackendError):
     """The server answered 2xx with a body that is not a chat completion."""
 
 
-class DeadlineExceeded(TimeoutError):
+class DeadlineExceeded(CapjudgeError, TimeoutError):
     """One attempt ran past the request timeout as a whole (connect, send, wait and read the whole
     answer): a timeout, retried as one; a slow server is not a gone one."""
 
