@@ -75,6 +75,11 @@ class PromptTemplate:
         except UnsafeTemplateError as exc:
             raise TemplateError(f"template {self.name!r} ({self.origin}) is refused: it {exc}") from None
 
+    def compile(self) -> None:
+        """Parse the template now (a user template: check its constructs too), so that a syntax
+        error or a refused construct raises :class:`TemplateError` here, not at the first render."""
+        self._compiled  # noqa: B018 - cached: renders reuse it
+
     @cached_property
     def hash(self) -> str:
         """First 16 hex digits of the SHA-256 of the template source."""
@@ -151,7 +156,7 @@ def register_template(name: str, source: str | None = None, *, path: str | Path 
         origin = "<string>"
     assert source is not None
     tpl = PromptTemplate(name=name, source=source, origin=origin, sandboxed=True)
-    tpl._compiled  # noqa: B018 - fail now on a syntax error
+    tpl.compile()  # fail now on a syntax error
     _TEMPLATES[name] = tpl
     return tpl
 
