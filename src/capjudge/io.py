@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from capjudge.errors import UsageError
 from capjudge.redact import scrub_record
 from capjudge.rowtext import (
     BOM,
@@ -33,7 +34,7 @@ from capjudge.rowtext import (
 from capjudge.types import PairResult, ScoreResult
 
 
-class InputFormatError(ValueError):
+class InputFormatError(UsageError, ValueError):
     """The input file cannot be read at all (missing, unknown format)."""
 
 

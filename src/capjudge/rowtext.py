@@ -25,14 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capjudge.errors import CapjudgeError, SampleFailure
+
 BOM = b"\xef\xbb\xbf"
 
 
-class FieldError(ValueError):
+class FieldError(SampleFailure):
     """A field of a row holds a value of the wrong kind (the message names the field)."""
 
 
-class HeaderError(ValueError):
+class HeaderError(CapjudgeError, ValueError):
     """A CSV file's header line cannot be read as UTF-8 (its columns are unknown)."""
 
 

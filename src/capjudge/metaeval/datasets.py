@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from capjudge.errors import UsageError
 from capjudge.io import read_jsonl
 from capjudge.types import Sample, normalize_caption
 
@@ -58,7 +59,7 @@ DATASET_NAMES: tuple[str, ...] = tuple(_ALIASES)
 """Canonical data set names accepted by :func:`load_dataset` (and ``--dataset``)."""
 
 
-class DatasetError(ValueError):
+class DatasetError(UsageError, ValueError):
     """An annotation file is missing or not in the layout its data set expects."""
 
 

@@ -27,6 +27,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
+from capjudge.errors import UsageError
 from capjudge.probes.wordlists import (
     Lexicon,
     category_lexicon,
@@ -504,7 +505,7 @@ flawed captions of choose-one-of-N)."""
 _FAMILIES: dict[str, Family] = {"fluency": "fluency", "hard_negative": "hard negative", "hard_negatives": "hard negative", "injection": "injection"}
 
 
-class UnknownPerturbationError(ValueError):
+class UnknownPerturbationError(UsageError, ValueError):
     """No perturbation of that name."""
 
 

@@ -26,6 +26,7 @@ import jinja2
 import jinja2.meta
 import jinja2.sandbox
 
+from capjudge.errors import UsageError
 from capjudge.prompts.sandbox import (
     BoundedSandbox,
     RenderLimitError,
@@ -41,11 +42,11 @@ LLAVA_V1_SYSTEM = (
 """The system sentence of LLaVA's ``llava_v1`` conversation, used by FLEUR's and VisCE2's code."""
 
 
-class UnknownMethodError(ValueError):
+class UnknownMethodError(UsageError, ValueError):
     """No method or template of that name is registered."""
 
 
-class TemplateError(ValueError):
+class TemplateError(UsageError, ValueError):
     """A template could not be parsed or rendered (names the template and the cause)."""
 
 
@@ -172,7 +173,7 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
 """Method options with a fixed set of values (``temperature`` takes a number)."""
 
 
-class MethodOptionError(ValueError):
+class MethodOptionError(UsageError, ValueError):
     """A method option that the method does not take, or a value it does not accept."""
 
 
