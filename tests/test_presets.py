@@ -183,7 +183,7 @@ def test_qwen25_hub_id_just_works_offline_from_its_cached_config(tmp_path: Path,
 @pytest.mark.hf
 def test_gpu_dtype_comes_from_the_preset() -> None:
     torch = pytest.importorskip("torch")
-    from capjudge.backends.hf.backend import _device_and_dtype
+    from capjudge.backends.hf.settings import device_and_dtype as _device_and_dtype
 
     assert _device_and_dtype(torch, "cuda", "auto", "bfloat16")[1] == "bfloat16"
     assert _device_and_dtype(torch, "cuda", "float16", "bfloat16")[1] == "float16"  # explicit wins

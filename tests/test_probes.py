@@ -177,7 +177,7 @@ def test_kinds_and_word_lists() -> None:
     # a word belongs to one group of a lexicon only (else its swap would be ambiguous)
     for lex_name in ("categories.json", "foil.json"):
         seen: dict[str, str] = {}
-        for group, items in P._json(lex_name).items():
+        for group, items in P.data_json(lex_name).items():
             for item in items:
                 for form in {f.strip() for f in item.split("/")}:
                     assert seen.setdefault(form, group) == group, (lex_name, form)

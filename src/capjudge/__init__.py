@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from capjudge._lazy import lazy_attributes
 from capjudge._version import __version__
+from capjudge.lazyexport import lazy_attributes
 
 __all__ = [
     "Judge",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
+from capjudge.errors import SampleFailure
 from capjudge.redact import stable
 from capjudge.types import ImageInput, image_label
 
@@ -31,7 +32,7 @@ if TYPE_CHECKING:
     from PIL import Image as PILImage
 
 
-class ImageError(ValueError):
+class ImageError(SampleFailure):
     """An image could not be read or decoded; the message names the image and the cause."""
 
 

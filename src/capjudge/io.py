@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from capjudge.errors import UsageError
 from capjudge.redact import scrub_record
 from capjudge.rowtext import (
     BOM,
@@ -33,7 +34,7 @@ from capjudge.rowtext import (
 from capjudge.types import PairResult, ScoreResult
 
 
-class InputFormatError(ValueError):
+class InputFormatError(UsageError, ValueError):
     """The input file cannot be read at all (missing, unknown format)."""
 
 
@@ -110,19 +111,45 @@ def write_atomically(path: Path, write: Callable[[IO[str]], None]) -> None:
         raise
 
 
-def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any, str | None, str]]:
-    """``(line number, value, error, text)`` for each non-blank line of a JSONL file: ``value`` is
-    the parsed JSON (``None`` when the line is not JSON, and ``error`` then says why), ``text`` the
-    stripped line. A line that is not UTF-8 gives ``None`` and the reason; a leading BOM is dropped.
+@dataclass(frozen=True)
+class JsonLine:
+    """One non-blank line of a JSONL file, parsed or not (:func:`read_jsonl`).
+
+    ``value`` is the line's JSON when ``error`` is ``None``; otherwise ``error`` says why there is
+    none: the line is not UTF-8 (``"not valid UTF-8 (byte 0x.. at byte N of the line); ..."``) or
+    not JSON (the JSON parser's message, e.g. ``"Expecting value"``; ``json_error`` is then the
+    parser's exception, with the position). ``text`` is the stripped line (undecodable bytes as
+    U+FFFD); ``complete`` is false for a last line with no line end (cut short while written).
+    """
+
+    number: int
+    text: str
+    value: Any = None
+    error: str | None = None
+    json_error: json.JSONDecodeError | None = None
+    complete: bool = True
+
+
+def read_jsonl(path: str | Path) -> Iterator[JsonLine]:
+    """capjudge's one JSONL reader: each non-blank line of ``path``, decoded and parsed on its own
+    (a leading BOM dropped), as a :class:`JsonLine`. It never raises for a bad line: each caller
+    keeps its own policy (raise naming the line, skip it with a warning, or make an error record).
     Opening errors propagate to the caller."""
     for line in read_lines(path):
         if line.error is not None:
-            yield line.number, None, line.error, line.text
+            yield JsonLine(line.number, line.text, error=line.error, complete=line.complete)
             continue
         try:
-            yield line.number, json.loads(line.text), None, line.text
+            yield JsonLine(line.number, line.text, json.loads(line.text), complete=line.complete)
         except json.JSONDecodeError as exc:
-            yield line.number, None, exc.msg, line.text
+            yield JsonLine(line.number, line.text, error=exc.msg, json_error=exc, complete=line.complete)
+
+
+def iter_jsonl(path: str | Path) -> Iterator[tuple[int, Any, str | None, str]]:
+    """``(line number, value, error, text)`` for each non-blank line of a JSONL file: :func:`read_jsonl`
+    as tuples (``value`` is ``None`` when ``error`` says why the line has none)."""
+    for line in read_jsonl(path):
+        yield line.number, line.value, line.error, line.text
 
 
 def _clean_id(row: Any) -> str | None:
@@ -185,14 +212,14 @@ def read_numbered_rows(path: str | Path) -> Iterator[tuple[int, dict[str, Any] |
         for i, row in enumerate(data, start=1):
             yield i, (_json_row(i, row, "", f"item {i}") if isinstance(row, dict) else BadRow(i, f"item {i} is not an object"))
         return
-    for i, row, error, text in iter_jsonl(p):
-        if error is not None:
-            if error.startswith("not valid UTF-8"):
-                yield i, BadRow(i, f"line {i} is {error}", text[:200], _clean_id(_loads_or_none(text)))
-            else:
-                yield i, BadRow(i, f"line {i} is not valid JSON: {error}", text[:200])
+    for line in read_jsonl(p):
+        i, text = line.number, line.text
+        if line.error is None:
+            yield i, _json_row(i, line.value, text, f"line {i}")
+        elif line.json_error is None:  # not UTF-8
+            yield i, BadRow(i, f"line {i} is {line.error}", text[:200], _clean_id(_loads_or_none(text)))
         else:
-            yield i, _json_row(i, row, text, f"line {i}")
+            yield i, BadRow(i, f"line {i} is not valid JSON: {line.error}", text[:200])
 
 
 def _loads_or_none(text: str) -> Any:

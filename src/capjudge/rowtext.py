@@ -25,14 +25,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capjudge.errors import CapjudgeError, SampleFailure
+
 BOM = b"\xef\xbb\xbf"
 
 
-class FieldError(ValueError):
+class FieldError(SampleFailure):
     """A field of a row holds a value of the wrong kind (the message names the field)."""
 
 
-class HeaderError(ValueError):
+class HeaderError(CapjudgeError, ValueError):
     """A CSV file's header line cannot be read as UTF-8 (its columns are unknown)."""
 
 
@@ -44,6 +46,8 @@ class Line:
     number: int
     text: str
     error: str | None = None
+    complete: bool = True
+    """False for a last line with no line end (a file cut short while it was written)."""
 
 
 def _byte_problem(exc: UnicodeDecodeError) -> str:
@@ -62,15 +66,18 @@ def read_lines(path: str | Path) -> Iterator[Line]:
             if i == 0 and chunk.startswith(BOM):
                 chunk = chunk[len(BOM) :]
             # Lines end at \n, \r\n or a lone \r, as a file opened in text mode splits them.
-            for raw in chunk.rstrip(b"\n").removesuffix(b"\r").split(b"\r"):
+            parts = chunk.rstrip(b"\n").removesuffix(b"\r").split(b"\r")
+            ended = chunk.endswith((b"\n", b"\r"))
+            for j, raw in enumerate(parts):
                 i += 1
+                complete = ended or j < len(parts) - 1
                 try:
                     text = raw.decode("utf-8").strip()
                 except UnicodeDecodeError as exc:
-                    yield Line(i, raw.decode("utf-8", errors="replace").strip(), _byte_problem(exc))
+                    yield Line(i, raw.decode("utf-8", errors="replace").strip(), _byte_problem(exc), complete)
                     continue
                 if text:
-                    yield Line(i, text)
+                    yield Line(i, text, complete=complete)
 
 
 def _escaped_byte(text: str) -> int | None:

@@ -68,17 +68,20 @@ def image_label(image: ImageInput) -> str:
     return f"<{type(image).__name__}>"
 
 
-def _clean(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     """Make a value JSON-safe (NaN -> None, tuples -> lists, numpy scalars -> float)."""
     if isinstance(value, float):
         return None if math.isnan(value) or math.isinf(value) else value
     if isinstance(value, dict):
-        return {str(k): _clean(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_clean(v) for v in value]
+        return [json_safe(v) for v in value]
     if hasattr(value, "item") and callable(value.item):  # numpy scalar
-        return _clean(value.item())
+        return json_safe(value.item())
     return value
+
+
+_clean = json_safe  # the old private name, until arena/ranking.py imports json_safe
 
 
 @dataclass
@@ -116,7 +119,7 @@ class ScoreResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (the results-file record): secrets masked, error texts stable."""
-        return scrub_record(_clean(dataclasses.asdict(self)))
+        return scrub_record(json_safe(dataclasses.asdict(self)))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScoreResult:
@@ -159,7 +162,7 @@ class PairResult:
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-safe dict (the results-file record): secrets masked, error texts stable."""
-        return scrub_record(_clean(dataclasses.asdict(self)))
+        return scrub_record(json_safe(dataclasses.asdict(self)))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PairResult:

@@ -14,8 +14,7 @@ See docs/ray.md.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from capjudge.lazyexport import lazy_attributes
 
 _EXPORTS = {
     "JudgeConfig": "capjudge.distributed.config",
@@ -30,11 +29,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    if name in _EXPORTS:
-        return getattr(importlib.import_module(_EXPORTS[name]), name)
-    raise AttributeError(f"module 'capjudge.distributed' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__ = lazy_attributes(__name__, _EXPORTS)

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from capjudge.io import InputFormatError, iter_jsonl
+from capjudge.io import InputFormatError, read_jsonl
 from capjudge.metaeval.datasets import image_name, normalize_caption, sample_key
 
 Kind = Literal["score", "pairwise"]
@@ -111,10 +111,10 @@ def _records(source: Source, where: str) -> list[tuple[int, Any]]:
         if not p.is_file():
             raise AgreeInputError(f"results file {str(p)!r} not found")
         out = []
-        for i, rec, error, text in iter_jsonl(p):
-            if error is not None:
-                raise AgreeInputError(f"{where}: line {i} is not valid JSON ({error}): {text[:80]!r}")
-            out.append((i, rec))
+        for line in read_jsonl(p):
+            if line.error is not None:
+                raise AgreeInputError(f"{where}: line {line.number} is not valid JSON ({line.error}): {line.text[:80]!r}")
+            out.append((line.number, line.value))
         return out
     return list(enumerate(source, start=1))
 

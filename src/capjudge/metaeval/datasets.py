@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from capjudge.errors import UsageError
+from capjudge.io import read_jsonl
 from capjudge.types import Sample, normalize_caption
 
 Kind = Literal["ratings", "pairs"]
@@ -57,7 +59,7 @@ DATASET_NAMES: tuple[str, ...] = tuple(_ALIASES)
 """Canonical data set names accepted by :func:`load_dataset` (and ``--dataset``)."""
 
 
-class DatasetError(ValueError):
+class DatasetError(UsageError, ValueError):
     """An annotation file is missing or not in the layout its data set expects."""
 
 
@@ -217,14 +219,12 @@ def _read_jsonl(path: str | Path) -> list[dict[str, Any]]:
     if not p.is_file():
         raise DatasetError(f"annotation file not found: {p}")
     rows: list[dict[str, Any]] = []
-    with p.open(encoding="utf-8") as f:
-        for n, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as exc:
-                raise DatasetError(f"{p}:{n}: not valid JSON ({exc})") from exc
+    for line in read_jsonl(p):
+        if line.json_error is not None:
+            raise DatasetError(f"{p}:{line.number}: not valid JSON ({line.json_error})") from line.json_error
+        if line.error is not None:  # not UTF-8
+            raise DatasetError(f"{p}:{line.number}: {line.error}")
+        rows.append(line.value)
     return rows
 
 

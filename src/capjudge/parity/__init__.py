@@ -6,7 +6,7 @@ Names are imported lazily, so that the CLI's ``parity`` subcommand registers wit
 
 from __future__ import annotations
 
-from typing import Any
+from capjudge.lazyexport import lazy_attributes
 
 __all__ = ["ParityReport", "SampleDiff", "TokenDiff", "first_difference", "run_parity"]
 
@@ -19,9 +19,4 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name not in _WHERE:
-        raise AttributeError(f"module 'capjudge.parity' has no attribute {name!r}")
-    import importlib
-
-    return getattr(importlib.import_module(_WHERE[name]), name)
+__getattr__, __dir__ = lazy_attributes(__name__, _WHERE)

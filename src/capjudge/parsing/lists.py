@@ -23,8 +23,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from capjudge.parsing._text import clean, coerce_text
 from capjudge.parsing.scores import parse_score_details
+from capjudge.parsing.text import clean, coerce_text
 
 __all__ = ["parse_score_list"]
 

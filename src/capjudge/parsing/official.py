@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from capjudge.parsing._text import coerce_text
+from capjudge.parsing.text import coerce_text
 
 _FIRST_INTEGER = re.compile(r"[0-9]+")
 _NOT_DIGIT_OR_DOT = re.compile(r"[^\d.]")

@@ -53,8 +53,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from capjudge.parsing._text import clean, coerce_text
 from capjudge.parsing.numbers import NUM_RE, Scan, Token, scan, token_value
+from capjudge.parsing.text import clean, coerce_text
 
 __all__ = ["AnswerForm", "ScoreParse", "parse_score", "parse_score_details", "spaced_decimal"]
 

@@ -32,7 +32,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from capjudge.parsing._text import clean, coerce_text
+from capjudge.parsing.text import clean, coerce_text
 
 __all__ = ["Verdict", "VerdictParse", "parse_verdict", "parse_verdict_details"]
 

@@ -21,13 +21,21 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import random
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from functools import cache
-from typing import Any, Literal
+from typing import Literal
+
+from capjudge.errors import UsageError
+from capjudge.probes.wordlists import (
+    Lexicon,
+    category_lexicon,
+    colour_groups,
+    data_json,
+    foil_lexicon,
+    function_words,
+)
 
 Family = Literal["fluency", "hard negative", "injection"]
 
@@ -131,92 +139,6 @@ def _perturbation(family: Family, source: str) -> Callable[[Callable[[str, rando
         return run
 
     return wrap
-
-
-# ------------------------------------------------------------------------------------ word lists
-def _data(name: str) -> str:
-    from importlib import resources  # here: `capjudge --help` imports this module (16 ms saved)
-
-    return resources.files("capjudge.probes").joinpath("data").joinpath(name).read_text(encoding="utf-8")
-
-
-def _lines(name: str) -> list[str]:
-    return [ln.strip() for ln in _data(name).splitlines() if ln.strip() and not ln.lstrip().startswith("#")]
-
-
-@cache
-def _json(name: str) -> dict[str, Any]:
-    return {k: v for k, v in json.loads(_data(name)).items() if not k.startswith("_")}
-
-
-@cache
-def function_words() -> frozenset[str]:
-    """Words never repeated by ``repeat_word`` and on which ``truncate`` prefers to stop."""
-    return frozenset(_lines("function_words.txt"))
-
-
-@cache
-def colour_groups() -> tuple[tuple[str, ...], ...]:
-    """Colours; the spellings on one line (grey|gray) are one colour."""
-    return tuple(tuple(w.strip().lower() for w in ln.split("|")) for ln in _lines("colours.txt"))
-
-
-@dataclass(frozen=True)
-class _Entry:
-    group: str
-    index: int
-    number: Literal["sg", "pl", "any"]
-
-
-@dataclass(frozen=True)
-class Lexicon:
-    """Swap groups read from a data file: ``forms`` maps every form to its entry; ``entries`` holds
-    each group's (singular, plural) forms."""
-
-    forms: dict[str, _Entry]
-    entries: dict[str, list[tuple[str, str | None]]]
-
-    def alternatives(self, word: str) -> list[str]:
-        """Other members of the word's group, in the word's grammatical number."""
-        e = self.forms[word]
-        out = []
-        for i, (sg, pl) in enumerate(self.entries[e.group]):
-            if i == e.index:
-                continue
-            if e.number == "pl":
-                out.append(pl or sg)
-            else:
-                out.append(sg)
-        return [w for w in out if w != word]
-
-
-def _lexicon(groups: dict[str, list[str]]) -> Lexicon:
-    forms: dict[str, _Entry] = {}
-    entries: dict[str, list[tuple[str, str | None]]] = {}
-    for group, items in groups.items():
-        entries[group] = []
-        for i, item in enumerate(items):
-            parts = [p.strip().lower() for p in item.split("/")]
-            sg, pl = parts[0], (parts[1] if len(parts) > 1 else None)
-            entries[group].append((sg, pl))
-            if pl is None or pl == sg:
-                forms.setdefault(sg, _Entry(group, i, "any"))
-            else:
-                forms.setdefault(sg, _Entry(group, i, "sg"))
-                forms.setdefault(pl, _Entry(group, i, "pl"))
-    return Lexicon(forms, entries)
-
-
-@cache
-def category_lexicon() -> Lexicon:
-    """Fine-grained kinds (brands, breeds, sports, dishes, ...) for ``category_swap``."""
-    return _lexicon(_json("categories.json"))
-
-
-@cache
-def foil_lexicon() -> Lexicon:
-    """MSCOCO object nouns grouped by supercategory for ``noun_swap``."""
-    return _lexicon(_json("foil.json"))
 
 
 # ------------------------------------------------------------------------------------ text helpers
@@ -448,7 +370,7 @@ def colour_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tu
 def location_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Change a place: a country or city name, else a scene noun ("in France" -> "in Japan")."""
     words = _words(caption)
-    places = _json("locations.json")
+    places = data_json("locations.json")
     for group in ("countries", "cities", "scenes"):
         hits = _find(caption, words, places[group])
         if hits:
@@ -474,7 +396,7 @@ def _other_number(n: int, rng: random.Random) -> int:
 def number_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Change a count ("two dogs" -> "three dogs", "20" -> "50"); "a"/"one" are left alone."""
     words = _words(caption)
-    spec = _json("numbers.json")
+    spec = data_json("numbers.json")
     value_of = dict(zip(spec["words"], spec["values"]))
     hits = _find(caption, words, value_of)
     digits = [w for w in words if w.text.isdigit() and int(w.text) >= 2]
@@ -502,7 +424,7 @@ def number_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tu
 def position_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Turn a spatial relation around ("behind" -> "in front of", "left" -> "right")."""
     words = _words(caption)
-    spec = _json("positions.json")
+    spec = data_json("positions.json")
     for table in (spec["swaps"], spec["low_priority"]):
         hits = _find(caption, words, table)
         if hits:
@@ -516,7 +438,7 @@ def position_swap(caption: str, rng: random.Random, options: PerturbOptions) -> 
 def subtle_drop(caption: str, rng: random.Random, options: PerturbOptions) -> tuple[str, str]:
     """Delete a detail: an adjective before a noun, an adverb, or a trailing adverbial phrase."""
     words = _words(caption)
-    spec = _json("drop.json")
+    spec = data_json("drop.json")
     adjectives = set(spec["adjectives"]) | {w for g in colour_groups() for w in g}
     cands: list[tuple[int, int, str]] = []
     for i, w in enumerate(words[:-1]):
@@ -551,7 +473,7 @@ def noun_swap(caption: str, rng: random.Random, options: PerturbOptions) -> tupl
 
 # ------------------------------------------------------------------------------------ injection
 def _inject(caption: str, rng: random.Random, which: str, **fill: str) -> tuple[str, str]:
-    templates = _json("injections.json")[which]
+    templates = data_json("injections.json")[which]
     instruction = rng.choice(templates).format(**fill)
     body = caption.rstrip()
     if body[-1:] not in ".!?":
@@ -583,7 +505,7 @@ flawed captions of choose-one-of-N)."""
 _FAMILIES: dict[str, Family] = {"fluency": "fluency", "hard_negative": "hard negative", "hard_negatives": "hard negative", "injection": "injection"}
 
 
-class UnknownPerturbationError(ValueError):
+class UnknownPerturbationError(UsageError, ValueError):
     """No perturbation of that name."""
 
 

@@ -26,6 +26,7 @@ import jinja2
 import jinja2.meta
 import jinja2.sandbox
 
+from capjudge.errors import UsageError
 from capjudge.prompts.sandbox import (
     BoundedSandbox,
     RenderLimitError,
@@ -41,11 +42,11 @@ LLAVA_V1_SYSTEM = (
 """The system sentence of LLaVA's ``llava_v1`` conversation, used by FLEUR's and VisCE2's code."""
 
 
-class UnknownMethodError(ValueError):
+class UnknownMethodError(UsageError, ValueError):
     """No method or template of that name is registered."""
 
 
-class TemplateError(ValueError):
+class TemplateError(UsageError, ValueError):
     """A template could not be parsed or rendered (names the template and the cause)."""
 
 
@@ -74,6 +75,11 @@ class PromptTemplate:
             raise TemplateError(f"template {self.name!r} ({self.origin}) has a syntax error on line {exc.lineno}: {exc.message}") from None
         except UnsafeTemplateError as exc:
             raise TemplateError(f"template {self.name!r} ({self.origin}) is refused: it {exc}") from None
+
+    def compile(self) -> None:
+        """Parse the template now (a user template: check its constructs too), so that a syntax
+        error or a refused construct raises :class:`TemplateError` here, not at the first render."""
+        self._compiled  # noqa: B018 - cached: renders reuse it
 
     @cached_property
     def hash(self) -> str:
@@ -151,7 +157,7 @@ def register_template(name: str, source: str | None = None, *, path: str | Path 
         origin = "<string>"
     assert source is not None
     tpl = PromptTemplate(name=name, source=source, origin=origin, sandboxed=True)
-    tpl._compiled  # noqa: B018 - fail now on a syntax error
+    tpl.compile()  # fail now on a syntax error
     _TEMPLATES[name] = tpl
     return tpl
 
@@ -167,7 +173,7 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
 """Method options with a fixed set of values (``temperature`` takes a number)."""
 
 
-class MethodOptionError(ValueError):
+class MethodOptionError(UsageError, ValueError):
     """A method option that the method does not take, or a value it does not accept."""
 
 

@@ -30,6 +30,8 @@ import jinja2
 import jinja2.sandbox
 from jinja2 import nodes
 
+from capjudge.errors import SampleFailure, UsageError
+
 MAX_RANGE = 10_000
 """Most items one ``range()`` of a user template may have."""
 MAX_LOOP_DEPTH = 3
@@ -52,11 +54,11 @@ _BRACE_SPEC = re.compile(r"\{[^{}]*?:([^{}]*)\}")
 _DIGITS = re.compile(r"\d+")
 
 
-class UnsafeTemplateError(ValueError):
+class UnsafeTemplateError(UsageError, ValueError):
     """A user template uses a construct that is refused before any render (names it and its line)."""
 
 
-class RenderLimitError(ValueError):
+class RenderLimitError(SampleFailure):
     """A render went over one of the bounds of this module (names the bound)."""
 
 

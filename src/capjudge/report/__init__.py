@@ -13,7 +13,7 @@ Nothing heavy is imported until a report is built.
 
 from __future__ import annotations
 
-from capjudge._lazy import lazy_attributes
+from capjudge.lazyexport import lazy_attributes
 
 _LAZY = {
     "results_page": "capjudge.report.pages",

@@ -25,13 +25,11 @@ from __future__ import annotations
 
 import hashlib
 import inspect
-import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import capjudge.backends.hf.hub as hub
 from capjudge.backends.base import (
     DIGITS,
     Backend,
@@ -46,22 +44,21 @@ from capjudge.backends.base import (
     TokenStep,
     Usage,
 )
+from capjudge.backends.hf.loading import (
+    check_4bit_packages,
+    llava_4bit_settings,
+    load_failure,
+    local_only,
+    missing_package_message,
+)
+from capjudge.backends.hf.loading import torchvision_requirement as torchvision_requirement
 from capjudge.backends.hf.prefix import PrefixReuser
-from capjudge.backends.hf.quiet import quiet_libraries
+from capjudge.backends.hf.prompt_text import defuse, fold_system, render_plain
+from capjudge.backends.hf.settings import check_system_policy, device_and_dtype, resolve_settings
 from capjudge.backends.hf.specials import GuardedTokenizer, SpecialText, guarded_processor
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import OptionError, as_bool, as_int, check_known
-from capjudge.backends.presets import (
-    CHAT_FORMATS,
-    SYSTEM_POLICIES,
-    OriginalCheckpointError,
-    Resolved,
-    UnknownPresetError,
-    check_loadable,
-    get_preset,
-    read_config,
-    resolve,
-)
+from capjudge.backends.presets import CHAT_FORMATS, Resolved, UnknownPresetError, get_preset
 from capjudge.backends.registry import BackendSpec
 from capjudge.images import pad_to_square
 from capjudge.redact import get_logger
@@ -133,11 +130,11 @@ class HFBackend(Backend):
         self._torch = torch
         self.model = model
         self.spec = f"hf:{model}"
-        local_files_only = _local_only(model, local_files_only)
+        local_files_only = local_only(model, local_files_only)
         # The preset is chosen from the config before the processor is built.
         self.settings = resolve_settings(model, local_files_only, preset, chat_format, system_policy, pad_square)
         self.preset = self.settings.preset
-        self.device, self.dtype_name = _device_and_dtype(torch, device, dtype, self.settings.dtype)
+        self.device, self.dtype_name = device_and_dtype(torch, device, dtype, self.settings.dtype)
         self.batch_size = max(1, int(batch_size))
         self.pad_square = self.settings.pad_square
         self.chat_format = self.settings.chat_format
@@ -161,7 +158,7 @@ class HFBackend(Backend):
             except ValueError:
                 net = transformers.LlavaForConditionalGeneration.from_pretrained(model, **model_kwargs)
         except OSError as exc:
-            raise _load_failure(model, exc) from exc
+            raise load_failure(model, exc) from exc
         except ImportError as exc:
             raise BackendError(missing_package_message(model, exc)) from exc
         # A quantised model is placed by its device_map and cannot be moved.
@@ -447,7 +444,7 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     if options.get("chat_format") is not None and options["chat_format"] not in CHAT_FORMATS:
         raise OptionError(f"option chat_format={options['chat_format']!r} is not one of {', '.join(CHAT_FORMATS)}")
     if options.get("system_policy") is not None:
-        _system_policy(options["system_policy"])
+        check_system_policy(options["system_policy"])
     # Options from a spec or --backend-opt arrive as text: "false" must not be truthy.
     for name in ("trust_remote_code", "local_files_only", "pad_square", "prefix_reuse", "load_4bit"):
         if name in options and options[name] is not None:
@@ -466,19 +463,6 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
 def from_spec(spec: BackendSpec, **options: Any) -> HFBackend:
     """``hf:<model id or folder>[?device=cuda&dtype=float16&batch_size=8]``."""
     return HFBackend(spec.target, **check_options(spec, **options))
-
-
-def _device_and_dtype(torch: Any, device: str, dtype: str, gpu_dtype: str = "float16") -> tuple[Any, str]:
-    """The torch device and dtype name that ``"auto"`` settings resolve to, checked (``gpu_dtype``:
-    the preset's dtype on CUDA)."""
-    if device == "auto":
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
-    if dtype == "auto":
-        dtype = gpu_dtype if dev.type == "cuda" else "float32"
-    if not hasattr(torch, str(dtype)):
-        raise BackendError(f"unknown dtype {dtype!r} (use float16, bfloat16 or float32)")
-    return dev, str(dtype)
 
 
 def model_identity(
@@ -514,107 +498,6 @@ def model_identity(
     return ident
 
 
-def _chat_format(chat_format: str) -> str:
-    if chat_format not in CHAT_FORMATS:
-        raise BackendError(f"unknown chat_format {chat_format!r} (use one of {', '.join(CHAT_FORMATS)})")
-    return chat_format
-
-
-def resolve_settings(
-    model: str,
-    local_files_only: bool,
-    preset: str | None = "auto",
-    chat_format: str | None = None,
-    system_policy: str | None = None,
-    pad_square: bool | None = None,
-) -> Resolved:
-    """The judge preset and prompting settings of ``model``: its config is read first (a folder's
-    ``config.json``, or the hub file), an authors'-format checkpoint is refused with the name of
-    its transformers conversion, and explicit options win over the preset."""
-    config = read_config(model, local_files_only=local_files_only)
-    if config is not None:
-        try:
-            check_loadable(config, model)
-        except OriginalCheckpointError as exc:
-            raise BackendError(str(exc)) from None
-    try:
-        settings = resolve(
-            model,
-            preset=preset,
-            chat_format=_chat_format(chat_format) if chat_format is not None else None,
-            system_policy=_system_policy(system_policy) if system_policy is not None else None,
-            pad_square=as_bool(pad_square, "pad_square") if pad_square is not None else None,
-            config=config,
-        )
-    except UnknownPresetError as exc:
-        raise OptionError(str(exc)) from None
-    if settings.source == "default":
-        log.info("%s: no judge preset for model_type %r: the processor's chat template, no padding", model, (config or {}).get("model_type"))
-    return settings
-
-
-def _system_policy(policy: str) -> str:
-    if policy not in SYSTEM_POLICIES:
-        raise OptionError(f"option system_policy={policy!r} is not one of {', '.join(SYSTEM_POLICIES)}")
-    return policy
-
-
-def fold_system(messages: Sequence[Message]) -> list[Message]:
-    """The conversation without system turns: their text goes before the first user turn's text
-    (a blank line between), as Gemma 3's template itself does; for templates and models without a
-    system role."""
-    system = "\n\n".join(m.content.strip() for m in messages if m.role == "system" and m.content.strip())
-    out = [m for m in messages if m.role != "system"]
-    if not system:
-        return out
-    for i, m in enumerate(out):
-        if m.role == "user":
-            out[i] = Message("user", f"{system}\n\n{m.content}", images=m.images)
-            break
-    return out
-
-
-def render_plain(messages: Sequence[Message], image_token: str) -> str:
-    """The prompt of a model without a chat (PaliGemma): one image token per image, then the
-    turns' texts, one per line (the processor adds the BOS after the images and the final newline)."""
-    images = sum(len(m.images) for m in messages)
-    text = "\n".join(defuse(m.content, image_token) for m in messages if m.role != "system")
-    return image_token * images + text
-
-
-def defuse(text: str, image_token: str | None) -> str:
-    """``text`` with any literal image token broken up, so that a caption cannot stand for an image
-    (the processor would expand it and fail, or misplace the real one)."""
-    if not image_token or image_token not in text:
-        return text
-    return text.replace(image_token, image_token[:1] + " " + image_token[1:])
-
-def _local_only(model: str, local_files_only: bool | None) -> bool:
-    """Read local files only: as asked, else when ``HF_HUB_OFFLINE`` is set, the model is a folder,
-    or the hub cannot be reached (probed once per process: see :mod:`capjudge.backends.hf.hub`).
-    Raises a :class:`BackendError` with what to do when the hub cannot be reached and the model is
-    not in the local cache, instead of letting the hub client retry for a minute."""
-    quiet_libraries()
-    if local_files_only is not None:
-        return bool(local_files_only)
-    if os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in ("1", "true", "yes", "on") or Path(model).is_dir():
-        return True
-    status = hub.hub_status()
-    if status.reachable:
-        return False
-    if hub.is_cached(model):
-        hub.note_cache_only(model, status)
-        return True
-    raise BackendError(hub.offline_hint(model, status))
-
-
-def _load_failure(model: str, exc: OSError) -> BackendError:
-    return BackendError(
-        f"could not load HF model {model!r}: {exc}. Give a local folder, or download the model "
-        "first (huggingface-cli download ...); capjudge never downloads weights itself when offline."
-    )
-
-
 def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
     """The backend of :func:`from_spec`, loaded only when a request misses the cache: its options
     are checked and its identity (cache keys) computed now, without the weights (a hub model's
@@ -630,9 +513,9 @@ def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
     load_4bit = bool(opts.get("load_4bit", False))
     if load_4bit:
         check_4bit_packages()
-    local = _local_only(model, opts.get("local_files_only"))
+    local = local_only(model, opts.get("local_files_only"))
     settings = resolve_settings(model, local, opts.get("preset", "auto"), opts.get("chat_format"), opts.get("system_policy"), opts.get("pad_square"))
-    _, dtype_name = _device_and_dtype(torch, opts.get("device", "auto"), opts.get("dtype", "auto"), settings.dtype)
+    _, dtype_name = device_and_dtype(torch, opts.get("device", "auto"), opts.get("dtype", "auto"), settings.dtype)
 
     def revision() -> str | None:
         import transformers
@@ -640,80 +523,11 @@ def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
         try:
             config = transformers.AutoConfig.from_pretrained(model, local_files_only=local, trust_remote_code=bool(opts.get("trust_remote_code", False)))
         except OSError as exc:
-            raise _load_failure(model, exc) from exc
+            raise load_failure(model, exc) from exc
         return getattr(config, "_commit_hash", None)
 
     ident = model_identity(model, dtype_name, settings.pad_square, settings.chat_format, opts.get("attn_implementation"), revision, load_4bit=load_4bit, settings=settings)
     return LazyBackend(lambda: HFBackend(model, **opts), kind=HFBackend.kind, spec=f"hf:{model}", model=model, identity=ident)
-
-
-def llava_4bit_settings(torch: Any) -> dict[str, Any]:
-    """The ``BitsAndBytesConfig`` of LLaVA's ``load_pretrained_model(load_4bit=True)``
-    (``llava/model/builder.py``), which the VisCE2 code's ``llava_v15.py`` calls."""
-    return {
-        "load_in_4bit": True,
-        "bnb_4bit_compute_dtype": torch.float16,
-        "bnb_4bit_use_double_quant": True,
-        "bnb_4bit_quant_type": "nf4",
-    }
-
-
-# Packages that transformers asks for by name in its ImportError texts, and what to install
-# (torchvision: see torchvision_requirement).
-_INSTALL = {
-    "torchvision": "torchvision",
-    "accelerate": "accelerate",
-    "bitsandbytes": "bitsandbytes",
-    "timm": "timm",
-    "einops": "einops",
-    "sentencepiece": "sentencepiece",
-    "protobuf": "protobuf",
-}
-
-
-def missing_package_message(model: str, exc: ImportError) -> str:
-    """A load failure for a missing optional package, with the install command.
-
-    transformers raises e.g. ``Qwen2VLVideoProcessor requires the Torchvision library`` from the
-    processors of Qwen2/2.5/3-VL, LLaVA-OneVision, InternVL and Mistral 3 when torchvision is absent.
-    """
-    text = str(exc)
-    lowered = text.lower()
-    names = [name for name in _INSTALL if name in lowered]
-    name = getattr(exc, "name", None)
-    if not names and name and name.split(".")[0] in _INSTALL:
-        names = [name.split(".")[0]]
-    if not names:
-        return f"could not load HF model {model!r}: a package it needs is missing: {text}"
-    specs = [torchvision_requirement() if n == "torchvision" else _INSTALL[n] for n in names]
-    note = " (torchvision's release must match your torch; on a CUDA machine use the index URL from pytorch.org)" if "torchvision" in names else ""
-    return f"could not load HF model {model!r}: it needs {', '.join(names)} ({text}): pip install " + " ".join(f"'{s}'" if "=" in s else s for s in specs) + note
-
-
-def torchvision_requirement() -> str:
-    """The pip requirement of the torchvision release that goes with the installed torch
-    (torch 2.x pairs with torchvision 0.(x+15), e.g. 2.13 with 0.28); a bare ``torchvision``
-    would let pip replace torch with the one the newest torchvision wants."""
-    import importlib.metadata
-
-    try:
-        version = importlib.metadata.version("torch")
-    except importlib.metadata.PackageNotFoundError:
-        return "torchvision"
-    m = re.match(r"2\.(\d+)", version)
-    return f"torchvision==0.{int(m.group(1)) + 15}.*" if m else "torchvision"
-
-
-def check_4bit_packages() -> None:
-    """Raise a :class:`BackendError` with the install command when 4-bit loading cannot work."""
-    import importlib.util
-
-    missing = [name for name in ("bitsandbytes", "accelerate") if importlib.util.find_spec(name) is None]
-    if missing:
-        raise BackendError(
-            f"load_4bit=true needs {' and '.join(missing)}: pip install {' '.join(missing)} "
-            "(bitsandbytes' 4-bit kernels need a CUDA GPU on most builds); or drop load_4bit to load in float16"
-        )
 
 
 def _at_least_float32(torch: Any, x: Any) -> Any:

@@ -27,7 +27,8 @@ draft at its first differing token and decodes on as usual.
 
 What differs between architectures (image token, image inputs, 1-D or M-RoPE positions) comes
 from :mod:`capjudge.backends.hf.adapters`; sliding-window layers get one mask per layer kind with
-the window applied. The path reaches the backend only through :class:`PrefixHost`.
+the window applied. The path reaches the backend only through :class:`PrefixHost`
+(:mod:`capjudge.backends.hf.prefix_host`, with what a run returns and counts).
 
 Requests the fast path does not cover (several images, sampling, multi-turn, groups of one) are
 left to the backend's ordinary batched ``generate`` and marked ``"not used: <why>"``; where it
@@ -41,16 +42,10 @@ results' ``details["prefix_reuse"]``); answers of the fast path carry ``"used"``
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import Any
 
-from capjudge.backends.base import (
-    Completion,
-    ContextLengthError,
-    GenerationConfig,
-    Message,
-    Request,
-)
+from capjudge.backends.base import Completion, ContextLengthError, Request
 from capjudge.backends.hf.adapters import (
     ADAPTERS,
     PrefixSupport,
@@ -59,56 +54,19 @@ from capjudge.backends.hf.adapters import (
     prefix_reuse_support,
 )
 from capjudge.backends.hf.kv import KVArena
+from capjudge.backends.hf.prefix_host import (
+    PREFIX_REUSE_MODEL_TYPES,
+    USED,
+    PrefixHost,
+    PrefixOutcome,
+    PrefixStats,
+    supports_prefix_reuse,
+)
 from capjudge.redact import get_logger
 
 __all__ = ["ADAPTERS", "PREFIX_REUSE_MODEL_TYPES", "PrefixHost", "PrefixOutcome", "PrefixReuser", "PrefixStats", "PrefixSupport", "prefix_reuse_support", "supports_prefix_reuse"]
 
 log = get_logger(__name__)
-
-PREFIX_REUSE_MODEL_TYPES = frozenset(m for m, a in ADAPTERS.items() if a.unsupported is None)
-"""HF ``model_type`` values whose prompts the fast path handles (its float64 equality with plain
-decoding is tested for each); every other architecture falls back to the backend's batched
-``generate``. Derived from :data:`capjudge.backends.hf.adapters.ADAPTERS` (with the reasons:
-:func:`prefix_reuse_support`); the README's "Verified judges" table is checked against it."""
-
-
-def supports_prefix_reuse(model_type: str) -> bool:
-    """Whether the prefix-reuse path runs for models of this HF ``model_type``."""
-    return model_type in PREFIX_REUSE_MODEL_TYPES
-
-
-USED = "used"
-"""``Completion.meta["prefix_reuse"]`` of an answer computed on the fast path."""
-
-
-class PrefixHost(Protocol):
-    """What the prefix path needs of the backend that owns the model (``HFBackend`` provides it)."""
-
-    model: str
-    net: Any
-    processor: Any
-    tokenizer: Any
-    prompt_tokenizer: Any
-    """Tokenizes :meth:`format_prompt`'s text as :meth:`encode` does (message text never special)."""
-    device: Any
-    eos_ids: set[int]
-
-    def format_prompt(self, messages: Sequence[Message]) -> str:
-        """The prompt text of a conversation, image placeholders unexpanded, as
-        :attr:`prompt_tokenizer` reads it."""
-        ...
-
-    def encode(self, requests: Sequence[Request]) -> dict[str, Any]:
-        """The processor's tensors for requests (token ids, mask, image inputs) on the model's device."""
-        ...
-
-    def check_length(self, n_prompt: int, cfg: GenerationConfig) -> None:
-        """Raise :class:`ContextLengthError` when a prompt plus its new tokens exceed the context."""
-        ...
-
-    def completion_from_ids(self, gen_ids: list[int], logits: Any, cfg: GenerationConfig, n_prompt: int) -> Completion:
-        """The answer for generated ids and, optionally, the logits of each step."""
-        ...
 
 MAX_ROWS = 32
 """Rows packed into one sequence after a prefix (larger groups are chunked; the attention mask
@@ -141,31 +99,6 @@ _NEUTRAL_GENERATION_FIELDS = frozenset(
         "output_attentions", "output_hidden_states", "transformers_version", "_from_model_config",
     }
 )  # fmt: skip
-
-
-@dataclass
-class PrefixStats:
-    """Counters of the fast path (for tests and benchmarks)."""
-
-    groups: int = 0
-    prefix_forwards: int = 0
-    rows: int = 0
-    forwards: int = 0
-    draft_tokens_accepted: int = 0
-    head_reused: int = 0
-
-    def reset(self) -> None:
-        """Set every counter to zero."""
-        self.groups = self.prefix_forwards = self.rows = self.forwards = self.draft_tokens_accepted = self.head_reused = 0
-
-
-@dataclass
-class PrefixOutcome:
-    """What :meth:`PrefixReuser.run` did with a batch: ``answers`` of the requests it answered, and
-    for the others why not (``"fallback: ..."`` or ``"not used: ..."``), by request index."""
-
-    answers: dict[int, Completion | BaseException] = field(default_factory=dict)
-    notes: dict[int, str] = field(default_factory=dict)
 
 
 @dataclass

@@ -36,12 +36,9 @@ positions as tokens, except under Qwen's multimodal rotary positions (M-RoPE), w
 from __future__ import annotations
 
 import ctypes
-import hashlib
-import itertools
 import threading
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -67,10 +64,12 @@ from capjudge.backends.llamacpp.families import (
     read_pair,
     supported_families,
 )
+from capjudge.backends.llamacpp.gguf_files import check_gguf, file_digest
+from capjudge.backends.llamacpp.mtmd_prompt import Chunk, MtmdPrompt
+from capjudge.backends.llamacpp.sampling import first_stop, image_group_key, sample
 from capjudge.backends.llamacpp.specials import ControlText
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import as_bool, as_int, check_known
-from capjudge.images import LoadedImage
 from capjudge.redact import get_logger
 
 log = get_logger(__name__)
@@ -81,34 +80,10 @@ DEFAULT_N_CTX = 2048  # LLaVA-1.5 was trained at 2048; 576 image tokens + prompt
 PROMPT_FORMATS = ("auto", "llava_v1", "chat_template")
 MAX_TOP_LOGPROBS = 100
 DEFAULT_PROMPT_BLOCK = 16  # tokens; see LlamaCppBackend._decode_blocks
-_DIGEST_BYTES = 1 << 20
-_UNNAMED = itertools.count()
 
 
 class ProjectorMismatchError(BackendError):
     """The mmproj file does not belong to the text model (its output width differs)."""
-
-
-def _file_digest(path: Path) -> str:
-    """A cheap content fingerprint of a (possibly multi-GB) file: size, first and last MiB."""
-    h = hashlib.sha256()
-    size = path.stat().st_size
-    h.update(str(size).encode())
-    with path.open("rb") as f:
-        h.update(f.read(_DIGEST_BYTES))
-        if size > _DIGEST_BYTES:
-            f.seek(max(_DIGEST_BYTES, size - _DIGEST_BYTES))
-            h.update(f.read(_DIGEST_BYTES))
-    return h.hexdigest()[:16]
-
-
-def _check_gguf(path: Path, what: str) -> None:
-    if not path.is_file():
-        raise FileNotFoundError(f"llama.cpp {what} file not found: {str(path)!r}")
-    with path.open("rb") as f:
-        magic = f.read(4)
-    if magic != b"GGUF":
-        raise BackendError(f"llama.cpp {what} file {str(path)!r} is not a GGUF file (starts with {magic!r})")
 
 
 def _block_size(prompt_block: int, n_batch: int) -> int:
@@ -120,9 +95,9 @@ def check_files(model_path: Path, mmproj_path: Path | None, *, prompt_format: st
     """Both files exist and are GGUF, the pair is one llama.cpp runs (see :mod:`.families`), and
     the projector's output width is the model's. Returns what the headers say and the prompt
     format chosen."""
-    _check_gguf(model_path, "model")
+    check_gguf(model_path, "model")
     if mmproj_path is not None:
-        _check_gguf(mmproj_path, "mmproj (projector)")
+        check_gguf(mmproj_path, "mmproj (projector)")
     pair = read_pair(model_path, mmproj_path, prompt_format=prompt_format, chat_template=chat_template)
     text_w, proj_w = gguf_widths(model_path, mmproj_path) if mmproj_path is not None else (None, None)
     if mmproj_path is not None and text_w is not None and proj_w is not None and text_w != proj_w:
@@ -142,9 +117,9 @@ def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_
     return {
         "kind": LlamaCppBackend.kind,
         "model": model_path.stem,
-        "model_digest": _file_digest(model_path),
+        "model_digest": file_digest(model_path),
         "mmproj": mmproj_path.name if mmproj_path else None,
-        "mmproj_digest": _file_digest(mmproj_path) if mmproj_path else None,
+        "mmproj_digest": file_digest(mmproj_path) if mmproj_path else None,
         **chosen,
         "decoding": "argmax",
         "seed": int(seed),
@@ -164,18 +139,7 @@ def gguf_widths(model_path: Path, mmproj_path: Path) -> tuple[int | None, int | 
     return h.text_width, h.projector_width
 
 
-@dataclass
-class _Chunk:
-    """One libmtmd chunk: text ``("text", tokens)`` or an image ``("media", id, n_tokens, n_pos)``;
-    it fills ``n_tokens`` KV cells and advances the position by ``n_pos`` (they differ for images
-    under M-RoPE)."""
-
-    key: tuple[Any, ...]
-    n_pos: int
-    n_tokens: int
-
-
-class LlamaCppBackend(Backend):
+class LlamaCppBackend(MtmdPrompt, Backend):
     """A GGUF vision-language model run in-process by llama.cpp (see the module docstring).
 
     ``mmproj`` may be ``None`` for text-only use; requests with images then fail with a clear error.
@@ -221,7 +185,7 @@ class LlamaCppBackend(Backend):
         self.spec = spec or f"llamacpp:{self.model_path}" + (f"?mmproj={self.mmproj_path}" if self.mmproj_path else "")
         self.model = self.model_path.stem
         self._lock = threading.Lock()
-        self._kv: list[_Chunk] = []
+        self._kv: list[Chunk] = []
         # text is evaluated (and reused) in blocks of this many tokens; <= 0: whole batches
         self._block = _block_size(prompt_block, n_batch)
 
@@ -291,13 +255,6 @@ class LlamaCppBackend(Backend):
         )
         self._identity = model_identity(self.model_path, self.mmproj_path, block=self._block, n_batch=n_batch, n_gpu_layers=n_gpu_layers, seed=self.seed, pair=self.pair)
 
-    @property
-    def _mtmd_ctx(self) -> Any:
-        """The projector's libmtmd context (the handler exists whenever images are asked)."""
-        if self._handler is None:
-            raise BackendError("this llama.cpp backend was loaded without a projector: add ?mmproj=<mmproj.gguf> to the spec")
-        return self._handler.mtmd_ctx
-
     # -- vocabulary ---------------------------------------------------------------------------
 
     def _find_digit_ids(self) -> tuple[int, ...] | None:
@@ -353,7 +310,7 @@ class LlamaCppBackend(Backend):
     def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
         """Answer each request; requests of one image are run one after another (prefix reuse)."""
         out: list[Completion | BaseException] = [BackendError("not run")] * len(requests)
-        order = sorted(range(len(requests)), key=_image_group_key(requests))
+        order = sorted(range(len(requests)), key=image_group_key(requests))
         with self._lock:
             for i in order:
                 try:
@@ -371,124 +328,7 @@ class LlamaCppBackend(Backend):
 
     # -- one request --------------------------------------------------------------------------
 
-    def _bitmap(self, image: LoadedImage) -> Any:
-        m = self._mtmd
-        bitmap = None
-        if image.data:
-            buf = (ctypes.c_uint8 * len(image.data)).from_buffer_copy(image.data)
-            bitmap = m.mtmd_helper_bitmap_init_from_buf(self._mtmd_ctx, buf, len(image.data), False)
-        if bitmap is None:  # stb_image cannot read it (or a URL): decode with Pillow
-            pil = image.pil()
-            rgb = pil.tobytes()
-            buf = (ctypes.c_uint8 * len(rgb)).from_buffer_copy(rgb)
-            bitmap = m.mtmd_bitmap_init(pil.width, pil.height, buf)
-        if bitmap is None:
-            raise BackendError(f"llama.cpp could not read image {image.label!r}")
-        m.mtmd_bitmap_set_id(bitmap, image.sha256.encode())
-        return bitmap
-
-    def _placeholder(self, image: LoadedImage) -> Any:
-        """A 1x1 bitmap carrying ``image``'s id: tokenizes to the same chunks when the image's
-        token count does not depend on its size (LLaVA-1.5, Gemma 3), without decoding or resizing
-        it. For dynamic-resolution families (Qwen-VL, Idefics3 tiles) the chunks usually differ
-        from the cached ones and the real image is tokenized instead."""
-        m = self._mtmd
-        bitmap = m.mtmd_bitmap_init(1, 1, (ctypes.c_uint8 * 3)())
-        if bitmap is None:  # pragma: no cover - allocation failure
-            raise BackendError("llama.cpp could not allocate an image bitmap")
-        m.mtmd_bitmap_set_id(bitmap, image.sha256.encode())
-        return bitmap
-
-    def _tokenize(self, request: Request) -> tuple[list[_Chunk], Any, list[Any]]:
-        """mtmd chunks of the rendered prompt; the caller frees chunks and bitmaps.
-
-        When every image of the request is already evaluated in the KV cache, the prompt is first
-        tokenized with placeholder bitmaps (decoding and preprocessing a large image costs more
-        than evaluating a caption on small models); that is kept only if all chunks up to the last
-        image then match the cache, so the placeholders are never evaluated.
-        """
-        images = request.images
-        if images and self._handler is None:
-            raise BackendError("this llama.cpp backend was loaded without a projector: add ?mmproj=<mmproj.gguf> to the spec")
-        if self._handler is None:
-            prompt = self.render(request.messages)
-            if self._controls.holds_hidden(prompt):
-                tokens = self._controls.tokenize(prompt, True)
-            else:
-                tokens = self._llm.tokenize(prompt.encode(), add_bos=True, special=True)
-            return [_Chunk(("text", tuple(tokens)), len(tokens), len(tokens))], tokens, []
-        text = self.render(request.messages).encode("utf-8")
-        cached = {c.key[1] for c in self._kv if c.key[0] == "media"}
-        if images and all(img.sha256.encode() in cached for img in images):
-            try:
-                out, chunks, bitmaps = self._mtmd_tokenize(text, [self._placeholder(img) for img in images])
-            except BackendError:  # a projector that refuses a 1x1 image: tokenize the real ones
-                out, chunks, bitmaps = [], None, []
-            media = [i for i, c in enumerate(out) if c.key[0] == "media"]
-            n = media[-1] + 1 if media else 0
-            # the prompt goes on after the images (the last chunk is always evaluated)
-            if media and n < len(out) and [c.key for c in out[:n]] == [c.key for c in self._kv[:n]]:
-                return out, chunks, bitmaps
-            self._free(chunks, bitmaps)
-        bitmaps = []
-        try:
-            for img in images:
-                bitmaps.append(self._bitmap(img))
-        except BaseException:
-            self._free(None, bitmaps)
-            raise
-        return self._mtmd_tokenize(text, bitmaps)
-
-    def _free(self, mt_chunks: Any, bitmaps: list[Any]) -> None:
-        if mt_chunks is not None and not isinstance(mt_chunks, list):
-            self._mtmd.mtmd_input_chunks_free(mt_chunks)
-        for b in bitmaps:
-            self._mtmd.mtmd_bitmap_free(b)
-
-    def _mtmd_tokenize(self, text: bytes, bitmaps: list[Any]) -> tuple[list[_Chunk], Any, list[Any]]:
-        """Tokenize ``text`` with its images through libmtmd; frees everything if that fails.
-        Message text that spells a control token is tokenized as text (:mod:`.specials`)."""
-        prompt = text.decode("utf-8")
-        if not self._controls.holds_hidden(prompt):
-            return self._mtmd_tokenize_raw(text, bitmaps)
-        out, chunks, bitmaps = self._mtmd_tokenize_raw(text, bitmaps)
-        spliced = self._controls.splice(prompt, self._marker, [c.key[1] if c.key[0] == "text" else None for c in out])
-        if spliced is not None:
-            return [c if s is None else _Chunk(("text", s), len(s), len(s)) for c, s in zip(out, spliced)], chunks, bitmaps
-        log.warning("could not place the caption's text among libmtmd's chunks: its special-token strings are broken up instead")
-        self._mtmd.mtmd_input_chunks_free(chunks)
-        return self._mtmd_tokenize_raw(self._controls.defused(prompt).encode("utf-8"), bitmaps)
-
-    def _mtmd_tokenize_raw(self, text: bytes, bitmaps: list[Any]) -> tuple[list[_Chunk], Any, list[Any]]:
-        m = self._mtmd
-        inp = m.mtmd_input_text()
-        inp.text = text
-        inp.text_len = len(text)
-        inp.add_special = True
-        inp.parse_special = True
-        chunks = m.mtmd_input_chunks_init()
-        arr = (m.mtmd_bitmap_p_ctypes * max(1, len(bitmaps)))(*bitmaps)
-        rc = m.mtmd_tokenize(self._mtmd_ctx, chunks, ctypes.byref(inp), arr, len(bitmaps))
-        if rc != 0:
-            self._free(chunks, bitmaps)
-            raise BackendError(f"llama.cpp could not tokenize the prompt with its {len(bitmaps)} image(s) (mtmd_tokenize returned {rc})")
-        out: list[_Chunk] = []
-        for i in range(m.mtmd_input_chunks_size(chunks)):
-            c = m.mtmd_input_chunks_get(chunks, i)
-            if m.mtmd_input_chunk_get_type(c) == m.MTMD_INPUT_CHUNK_TYPE_TEXT:
-                n = ctypes.c_size_t()
-                ptr = m.mtmd_input_chunk_get_tokens_text(c, ctypes.byref(n))
-                out.append(_Chunk(("text", tuple(ptr[j] for j in range(n.value))), int(m.mtmd_input_chunk_get_n_pos(c)), n.value))
-            else:
-                # the id is the image's sha256 (set on the bitmap); never let two unnamed images match.
-                # n_pos is part of the key: under M-RoPE two images of one token count can take
-                # different numbers of positions, and what follows them would be placed elsewhere.
-                cid = m.mtmd_input_chunk_get_id(c) or f"unnamed-{next(_UNNAMED)}".encode()
-                n_tok, n_pos = int(m.mtmd_input_chunk_get_n_tokens(c)), int(m.mtmd_input_chunk_get_n_pos(c))
-                out.append(_Chunk(("media", cid, n_tok, n_pos), n_pos, n_tok))
-        return out, chunks, bitmaps
-
-    def _evaluate_prompt(self, chunks: list[_Chunk], mt_chunks: Any) -> int:
+    def _evaluate_prompt(self, chunks: list[Chunk], mt_chunks: Any) -> int:
         """Bring the KV cache to the prompt; returns how many prompt tokens were reused.
 
         Whole leading chunks that match the cache are kept; in the first chunk that differs, a text
@@ -603,7 +443,7 @@ class LlamaCppBackend(Backend):
             logits = self._logits()
             lse = float(np.logaddexp.reduce(logits))
             logp = logits - lse
-            tok = int(np.argmax(logits)) if rng is None else _sample(logits, cfg.temperature, cfg.top_p, rng)
+            tok = int(np.argmax(logits)) if rng is None else sample(logits, cfg.temperature, cfg.top_p, rng)
             if self._llama_cpp.llama_vocab_is_eog(self._vocab, tok):
                 finish = "stop"
                 break
@@ -616,7 +456,7 @@ class LlamaCppBackend(Backend):
             tokens.append(tok)
             steps.append(TokenStep(token=self._piece(tok), logprob=float(logp[tok]), top=top, digits=digits))
             text = self._detokenize(tokens)
-            hit = _first_stop(text, cfg.stop)
+            hit = first_stop(text, cfg.stop)
             if hit is not None:
                 text = text[:hit]
                 finish = "stop"
@@ -638,37 +478,6 @@ class LlamaCppBackend(Backend):
 
     def _detokenize(self, tokens: list[int]) -> str:
         return self._llm.detokenize(tokens).decode("utf-8", errors="replace")
-
-
-def _first_stop(text: str, stops: Sequence[str]) -> int | None:
-    hits = [text.find(s) for s in stops if s and s in text]
-    return min(hits) if hits else None
-
-
-def _sample(logits: np.ndarray, temperature: float, top_p: float, rng: np.random.Generator) -> int:
-    z = logits / max(temperature, 1e-6)
-    p = np.exp(z - z.max())
-    p /= p.sum()
-    order = np.argsort(-p, kind="stable")
-    if top_p < 1.0:
-        cum = np.cumsum(p[order])
-        order = order[: int(np.searchsorted(cum, top_p)) + 1]
-    q = p[order] / p[order].sum()
-    return int(order[rng.choice(len(order), p=q)])
-
-
-def _image_group_key(requests: Sequence[Request]) -> Any:
-    """Sort key that keeps requests of one image together, groups in order of first appearance."""
-    first: dict[str, int] = {}
-    for i, r in enumerate(requests):
-        imgs = r.images
-        first.setdefault(imgs[0].sha256 if imgs else "", i)
-
-    def key(i: int) -> tuple[int, int]:
-        imgs = requests[i].images
-        return (first[imgs[0].sha256 if imgs else ""], i)
-
-    return key
 
 
 def from_spec(spec: Any, **options: Any) -> LlamaCppBackend:
@@ -723,7 +532,7 @@ def check_options(spec: Any, **options: Any) -> dict[str, Any]:
     }
     if out["prompt_format"] not in PROMPT_FORMATS:
         raise BackendError(f"llamacpp option prompt_format={out['prompt_format']!r}: use one of {', '.join(PROMPT_FORMATS)}")
-    _check_gguf(Path(spec.target).expanduser(), "model")
+    check_gguf(Path(spec.target).expanduser(), "model")
     if out["mmproj"] is not None:
-        _check_gguf(Path(str(out["mmproj"])).expanduser(), "mmproj (projector)")
+        check_gguf(Path(str(out["mmproj"])).expanduser(), "mmproj (projector)")
     return out
