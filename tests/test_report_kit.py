@@ -51,7 +51,7 @@ def test_moved_names_still_import_and_warn(old: str, name: str, new: str) -> Non
         warnings.simplefilter("always")
         value = getattr(module, name)
     assert value is getattr(importlib.import_module(new), name)
-    assert any(issubclass(w.category, DeprecationWarning) and f"{new}.{name}" in str(w.message) for w in caught)
+    assert any(issubclass(w.category, DeprecationWarning) and new in str(w.message) and name in str(w.message) for w in caught)
     with pytest.raises(AttributeError):
         module.no_such_name  # noqa: B018 - the attribute access is the test
 

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from capjudge.backends import kinds
 from capjudge.backends.base import BackendError
 from capjudge.distributed.config import JudgeConfig, plan_units
 from capjudge.errors import UsageError
@@ -36,7 +37,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-LOCAL_KINDS = frozenset({"hf", "llamacpp"})  # backends that run the model in the actor itself
 
 
 class RayUnavailable(UsageError, ImportError):
@@ -114,7 +114,7 @@ def plan_actors(ray: Any, config: JudgeConfig, options: RayOptions) -> tuple[int
     gpus, cpus = float(resources.get("GPU", 0.0)), float(resources.get("CPU", 0.0))
     per = options.gpus_per_actor
     if per is None:
-        per = 1.0 if gpus >= 1 and _backend_kind(config) in LOCAL_KINDS else 0.0
+        per = 1.0 if gpus >= 1 and kinds.is_local(_backend_kind(config) or "") else 0.0
     if per < 0:
         raise RayPlanError(f"GPUs per actor must be >= 0, got {per:g}")
     actors = options.actors if options.actors is not None else (max(1, int(gpus // per)) if per > 0 else 1)

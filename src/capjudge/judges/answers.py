@@ -23,8 +23,8 @@ from capjudge.judges.smoothing import (
     smooth_from_steps,
 )
 from capjudge.parsing import parse_score_details
-from capjudge.parsing._text import clean, coerce_text
 from capjudge.parsing.official import first_integer, fleur_code_number
+from capjudge.parsing.text import clean, coerce_text
 from capjudge.prompts.registry import Method
 from capjudge.redact import get_logger
 from capjudge.types import ScoreResult

@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from capjudge.backends import kinds
 from capjudge.backends.base import Backend, Completion, Request
 from capjudge.backends.presets import preset_of, preset_options
 from capjudge.backends.registry import load_backend, parse_spec
@@ -32,7 +33,7 @@ from capjudge.judges.scoring import ScoringRun
 from capjudge.prompts.registry import Method, get_method, get_template
 from capjudge.types import ImageInput, PairResult, Sample, ScoreResult
 
-API_KINDS = frozenset({"openai", "azure", "openai-compatible"})
+API_KINDS = frozenset(kinds.api_kinds())  # kept for old imports: ask capjudge.backends.kinds
 
 
 class Judge:
@@ -137,10 +138,10 @@ class Judge:
         self.group_window = max(self.batch_size, int(group_window))
         self.top_logprobs = top_logprobs
         self.max_new_tokens = max_new_tokens
-        chosen = preset_of(self.backend.identity(), preset if self.backend.kind == "llamacpp" else None)
+        chosen = preset_of(self.backend.identity(), preset if kinds.get(self.backend.kind).preset_option == "prompt_format" else None)
         self.judge_preset: str | None = chosen.name if chosen is not None else None
         if system == "auto":
-            if self.backend.kind in API_KINDS:
+            if kinds.is_api(self.backend.kind):
                 system = None
             else:
                 system = chosen.system_for(self.method.system) if chosen is not None else self.method.system

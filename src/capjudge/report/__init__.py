@@ -6,8 +6,10 @@ samples in a sortable, filterable table (thumbnails embedded), a summary and the
 
 Modules: :mod:`~capjudge.report.thumbs` (thumbnails), :mod:`~capjudge.report.records` (results
 files as summaries and tables), :mod:`~capjudge.report.figures` (plots),
-:mod:`~capjudge.report.pages` (one page builder per command), :mod:`~capjudge.report.html`
-(rendering), :mod:`~capjudge.report.commands` (the ``capjudge html`` subcommand and ``--html``).
+:mod:`~capjudge.report.pages` (the results page of score and compare, the base each feature's
+page builds on), :mod:`~capjudge.report.model` (the page model), :mod:`~capjudge.report.html`
+(rendering). Each feature's page lives with the feature (``capjudge.probes.page``,
+``capjudge.metaeval.pages``, ``capjudge.metaeval.agree_page``, ``capjudge.arena.report``).
 Nothing heavy is imported until a report is built.
 """
 
@@ -17,9 +19,6 @@ from capjudge.lazyexport import lazy_attributes
 
 _LAZY = {
     "results_page": "capjudge.report.pages",
-    "agree_page": "capjudge.report.pages",
-    "metaeval_page": "capjudge.report.pages",
-    "probe_page": "capjudge.report.pages",
     "write_html": "capjudge.report.html",
     "render": "capjudge.report.html",
     "ReportInputError": "capjudge.report.records",
@@ -28,4 +27,7 @@ _LAZY = {
 __all__ = sorted(_LAZY)
 
 
-__getattr__, __dir__ = lazy_attributes(__name__, _LAZY)
+# Pages that moved to their features (one release).
+_MOVED = {"agree_page": "capjudge.metaeval.agree_page", "metaeval_page": "capjudge.metaeval.pages", "probe_page": "capjudge.probes.page"}
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, moved=_MOVED)

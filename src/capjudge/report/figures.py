@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from capjudge.lazyexport import moved_names
 from capjudge.report.model import Figure
-from capjudge.report.moved import moved_names
 
 
 def png_uri(data: bytes) -> str:

@@ -16,9 +16,9 @@ import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from capjudge.lazyexport import moved_names
 from capjudge.report import figures
 from capjudge.report.model import Page, Section
-from capjudge.report.moved import moved_names
 from capjudge.report.random_model import random_model_warnings
 from capjudge.report.records import (
     DEFAULT_MAX_ROWS,

@@ -10,12 +10,9 @@ are importable from here for one release, with a ``DeprecationWarning``.
 
 from __future__ import annotations
 
-import importlib
-import warnings
-from typing import Any
-
 from capjudge.backends.openai.backend import DETAILS, KINDS, OpenAIBackend
 from capjudge.backends.openai.options import check_options, from_spec
+from capjudge.lazyexport import moved_names
 
 __all__ = [
     "DETAILS",
@@ -25,19 +22,5 @@ __all__ = [
     "from_spec",
 ]
 
-_MOVED_TO_JUDGES = ("SamplingEstimate", "estimate_by_sampling", "sampling_requests", "fleur_score")
-_warned: set[str] = set()
-
-
-def __getattr__(name: str) -> Any:
-    # Deprecated re-exports (one release): a lazy import, so that backends never import judges.
-    if name not in _MOVED_TO_JUDGES:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name not in _warned:
-        _warned.add(name)
-        warnings.warn(
-            f"capjudge.backends.openai.{name} moved to capjudge.judges.sampling.{name}; the old path goes in the next release",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-    return getattr(importlib.import_module("capjudge.judges.sampling"), name)
+# Deprecated re-exports (one release), imported lazily: backends never import judges.
+__getattr__ = moved_names(__name__, {name: "capjudge.judges.sampling" for name in ("SamplingEstimate", "estimate_by_sampling", "sampling_requests", "fleur_score")})

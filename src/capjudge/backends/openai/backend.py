@@ -32,11 +32,9 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import importlib
 import itertools
 import json
 import threading
-import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -74,6 +72,7 @@ from capjudge.backends.openai.retry import (
 from capjudge.backends.openai.transport import LoopThread, post_json, send_chat
 from capjudge.backends.openai.wire import ChatWire, merge_extra, refused_field
 from capjudge.backends.options import OptionError, as_json_object
+from capjudge.lazyexport import moved_names
 from capjudge.redact import get_logger, register_secret, scrub
 from capjudge.usage import PriceSource, PriceTable, UsageTracker
 
@@ -507,23 +506,13 @@ class OpenAIBackend(Backend):
         return f"OpenAIBackend({self.spec!r})"
 
 
-_MOVED = {
-    "check_options": "capjudge.backends.openai.options",
-    "from_spec": "capjudge.backends.openai.options",
-    "SamplingEstimate": "capjudge.judges.sampling",
-    "estimate_by_sampling": "capjudge.judges.sampling",
-    "sampling_requests": "capjudge.judges.sampling",
-    "fleur_score": "capjudge.judges.sampling",
-}
-_warned: set[str] = set()
-
-
-def __getattr__(name: str) -> Any:
-    # Names that lived here before the split, for one release (a lazy import: options.py imports
-    # this module, and backends never import judges).
-    if name not in _MOVED:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    if name not in _warned:
-        _warned.add(name)
-        warnings.warn(f"capjudge.backends.openai.backend.{name} moved to {_MOVED[name]}.{name}; the old path goes in the next release", DeprecationWarning, stacklevel=2)
-    return getattr(importlib.import_module(_MOVED[name]), name)
+# Names that lived here before the split, for one release (imported lazily: options.py imports
+# this module, and backends never import judges).
+__getattr__ = moved_names(
+    __name__,
+    {
+        "check_options": "capjudge.backends.openai.options",
+        "from_spec": "capjudge.backends.openai.options",
+        **{name: "capjudge.judges.sampling" for name in ("SamplingEstimate", "estimate_by_sampling", "sampling_requests", "fleur_score")},
+    },
+)

@@ -35,6 +35,7 @@ from typing import Any
 
 from capjudge.backends.credentials import mask_argv, safe_options
 from capjudge.errors import CapjudgeError
+from capjudge.io import read_jsonl as jsonl_lines
 from capjudge.io import write_atomically
 from capjudge.redact import get_logger, scrub, scrub_data
 
@@ -395,18 +396,13 @@ def submit_job(provider: Provider, state: BatchState, job: Job, work: Path) -> N
 
 
 def read_jsonl(path: Path) -> Iterator[dict[str, Any]]:
-    """The JSON-object lines of a batch file (blank or broken lines skipped, with a warning)."""
-    with path.open("r", encoding="utf-8") as fh:
-        for n, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                obj = json.loads(line)
-            except ValueError:
-                log.warning("%s line %d is not JSON; skipped", path, n)
-                continue
-            if isinstance(obj, dict):
-                yield obj
+    """The JSON-object lines of a batch file (blank lines skipped; broken ones too, with a warning)."""
+    for line in jsonl_lines(path):
+        if line.error is not None:
+            log.warning("%s line %d is not JSON; skipped", path, line.number)
+            continue
+        if isinstance(line.value, dict):
+            yield line.value
 
 
 __all__ = [
