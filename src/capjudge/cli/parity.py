@@ -16,6 +16,9 @@ import re
 import sys
 from typing import Any
 
+from capjudge.cli.common import add_image_options, image_options, parse_options
+from capjudge.cli_errors import UsageError
+
 EXIT_OUTSIDE_TOLERANCE = 5  # 4 is --batch "submitted, still running"
 
 
@@ -48,8 +51,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--prompt-checks", type=int, default=5, metavar="N", help="compare the prompt tokens of the first N samples (default 5)")
     p.add_argument("--tolerance", type=float, default=None, metavar="T", help=f"exit {EXIT_OUTSIDE_TOLERANCE} when a score differs by more than T, a verdict flips or the prompts differ")
     p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or one JSON object on the last line")
-    from capjudge.cli import add_image_options  # the parser is built after cli.py is loaded
-
     add_image_options(p)
     p.set_defaults(func=cmd_parity)
 
@@ -70,8 +71,6 @@ def _rows(path: str, reader: Any, limit: int | None) -> tuple[list[dict[str, Any
 
 def cmd_parity(args: argparse.Namespace) -> int:
     """``capjudge parity``: judge on both backends, print the comparison."""
-    from capjudge.cli import _parse_options, image_options
-    from capjudge.cli_errors import UsageError
     from capjudge.io import read_pairs, read_samples
     from capjudge.preflight import check_backend, check_images, check_input
 
@@ -79,7 +78,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
     if args.pairs:
         check_input(args.pairs, "--pairs")
     check_images(args.images)
-    opts_a, opts_b = _parse_options(args.a_opt, "--a-opt"), _parse_options(args.b_opt, "--b-opt")
+    opts_a, opts_b = parse_options(args.a_opt, "--a-opt"), parse_options(args.b_opt, "--b-opt")
     check_backend(args.a, opts_a)
     check_backend(args.b, opts_b)
     from capjudge.prompts.registry import get_method

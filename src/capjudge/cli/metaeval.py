@@ -14,10 +14,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capjudge.cli.html import add_html_option
+
 # Only light modules at the top: building the parser (`capjudge --help`) must not import numpy or
 # scipy; the handlers import the statistics when they run.
 from capjudge.metaeval.datasets import DATASET_NAMES, Benchmark, DatasetError, load_dataset
-from capjudge.report.commands import add_html_option
 
 if TYPE_CHECKING:
     from capjudge.metaeval.protocols import MetaEval
@@ -107,7 +108,7 @@ def _bootstrap_bars(paths: Sequence[str], resamples: int, quiet: bool) -> Iterat
     if quiet or resamples <= 0:
         yield lambda _i: None
         return
-    from capjudge.cli import progress_bar
+    from capjudge.cli.common import progress_bar
 
     with progress_bar("bootstrap {task.description}") as progress:
         tasks = [progress.add_task(Path(p).name, total=resamples) for p in paths]
@@ -133,8 +134,8 @@ def _emit(ev: MetaEval, args: argparse.Namespace) -> int:
 def _check_html(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     """Before the work: ``--html``, ``--plot`` and ``--markdown`` can be written, are no input and,
     where they exist, are reports capjudge wrote (raises PreflightError)."""
+    from capjudge.cli.html import check_html
     from capjudge.preflight import check_output
-    from capjudge.report.commands import check_html
 
     check_html(getattr(args, "html", None), inputs)
     for flag, kind in (("--plot", "plot"), ("--markdown", "markdown")):
@@ -147,7 +148,7 @@ def _html(args: argparse.Namespace, evals: Sequence[MetaEval], names: Sequence[s
     """Write the ``--html`` report (measures, heatmaps, every results file's samples)."""
     if not getattr(args, "html", None):
         return
-    from capjudge.report.commands import command_line, emit
+    from capjudge.cli.html import command_line, emit
     from capjudge.report.pages import metaeval_page
 
     images = getattr(args, "html_images", None) or getattr(args, "images", None)
@@ -180,13 +181,6 @@ def _limited(bench: Benchmark, limit: int | None) -> Benchmark:
     return bench
 
 
-def _progress(items: Iterable[Any], total: int, label: str, quiet: bool = False) -> Iterator[Any]:
-    """The CLI's progress bar (stderr)."""
-    from capjudge.cli import _progress as bar
-
-    return bar(items, total, label, quiet=quiet)
-
-
 def _write_results(path: Path, results: Iterable[Any]) -> None:
     from capjudge.io import write_results
 
@@ -211,7 +205,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
         check_output(args.out, inputs=[args.human], kind="pair" if kind == "pairwise" else "score")
         _check_html(args, [args.human, args.out])
         check_backend(args.backend, {})
-        from capjudge.cli import hold_out_lock
+        from capjudge.cli.common import hold_out_lock
 
         hold_out_lock(args, args.out)
     except (PreflightError, UnknownMethodError) as exc:
@@ -234,6 +228,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
         return _err(f"cannot build the judge: {exc}")
     out = Path(args.out)
     from capjudge.backends.credentials import mask_argv
+    from capjudge.cli.common import progress
     from capjudge.summary import RunTally
 
     tally = RunTally(method=args.method, smoothing=bool(getattr(judge.method, "smoothing", False)))
@@ -242,11 +237,11 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
         if kind == "pairwise":
             pairs = bench.pair_inputs(images)
             print(f"{bench.name}: comparing {len(pairs)} pairs with {args.method} on {shown_backend}", file=sys.stderr)
-            _write_results(out, _tallied(_progress(judge.compare_many(pairs), len(pairs), "pairs", args.quiet), tally))
+            _write_results(out, _tallied(progress(judge.compare_many(pairs), len(pairs), "pairs", args.quiet), tally))
         else:
             samples = bench.samples(images)
             print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {shown_backend}", file=sys.stderr)
-            _write_results(out, _tallied(_progress(judge.score_many(samples), len(samples), "samples", args.quiet), tally))
+            _write_results(out, _tallied(progress(judge.score_many(samples), len(samples), "samples", args.quiet), tally))
     finally:
         close = getattr(judge, "close", None)
         if callable(close):
@@ -258,10 +253,10 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     with _bootstrap_bars([str(out)], args.bootstrap, args.quiet) as bar:
         ev = evaluate(bench, load_results(out), ties=args.ties, bootstrap=max(0, args.bootstrap), seed=args.seed, progress=bar(0))
     code = _emit(ev, args)
-    from capjudge.cli import _finish
+    from capjudge.cli.common import finish
 
     # warnings, and exit 3 when samples failed for backend reasons, as `capjudge score`
-    return _finish(tally) or code
+    return finish(tally) or code
 
 
 def _tallied(results: Iterable[Any], tally: Any) -> Iterator[Any]:

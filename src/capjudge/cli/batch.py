@@ -1,5 +1,6 @@
 """The command line of batch mode: the ``--batch*`` options of ``score`` and ``compare``, the run
-around their final pass, and ``capjudge batch status|collect|cancel RESULTS.jsonl``.
+around their final pass, and ``capjudge batch status|collect|cancel RESULTS.jsonl`` (what they do
+is :mod:`capjudge.backends.openai.batch_control`).
 
 Only the standard library is imported at module level (``capjudge --help`` stays fast). Exit codes
 as ``score``, plus :data:`EXIT_SUBMITTED` (4): batches were submitted, or are still in progress;
@@ -12,12 +13,14 @@ import argparse
 import contextlib
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-EXIT_SUBMITTED = 4
-SUBMITTED_MESSAGE = "submitted; run the same command again to collect"
+from capjudge.cli_errors import UsageError
+from capjudge.errors import EXIT_OK, EXIT_PENDING
+
+EXIT_SUBMITTED = EXIT_PENDING
 BATCH_KINDS = ("openai", "azure", "openai-compatible")
 
 
@@ -44,8 +47,6 @@ def wants_batch(args: argparse.Namespace) -> bool:
 
 def check_batch_args(args: argparse.Namespace) -> None:
     """Usage errors of the batch options, found before the backend is built."""
-    from capjudge.cli_errors import UsageError
-
     if not wants_batch(args):
         if getattr(args, "wait", False):
             raise UsageError("--wait applies to --batch runs")
@@ -84,32 +85,10 @@ def _say(quiet: bool) -> Callable[[str], None]:
     return say
 
 
-def planning_pass(judge: Any, rows: Sequence[Any], plan: Any, stream: Callable[[list[Any]], Iterator[tuple[int, Any]]]) -> Callable[[], None]:
-    """The pass a batch session runs with its planning backend in place: the rows the final pass
-    will judge (as ``cli._run_rows`` selects them), their records discarded."""
-    from capjudge.backends.cache import bypass_cache
-    from capjudge.io import BadRow
-
-    todo = [pos for pos in range(len(rows)) if pos not in plan.kept and not isinstance(rows[pos], BadRow)]
-    retry = [pos for pos in todo if pos in plan.retry]
-    fresh = [pos for pos in todo if pos not in plan.retry]
-
-    def run() -> None:
-        if retry:
-            with bypass_cache(judge.backend):
-                for _ in stream([rows[pos] for pos in retry]):
-                    pass
-        for _ in stream([rows[pos] for pos in fresh]):
-            pass
-
-    return run
-
-
 def session_for(args: argparse.Namespace, judge: Any, fields: dict[str, Any], backend_options: dict[str, Any]) -> Any:
     """The :class:`~capjudge.backends.openai.batch_run.BatchSession` of a run, or ``None``. An
     online run of an ``--out`` whose batches are pending is refused: it would ask them again."""
     from capjudge.backends.openai.batch import BatchLimits, BatchStateError, state_paths
-    from capjudge.cli_errors import UsageError
 
     if not wants_batch(args):
         state_path, _ = state_paths(args.out)
@@ -138,39 +117,21 @@ def session_for(args: argparse.Namespace, judge: Any, fields: dict[str, Any], ba
         raise UsageError(str(exc)) from None
 
 
-@contextlib.contextmanager
-def batch_run(session: Any, args: argparse.Namespace, pass_: Callable[[], None]) -> Iterator[str]:
-    """Around the final pass: yields ``"ready"`` (run the final pass inside the block, which
-    answers from the batches), ``"pending"`` or ``"exported"`` (skip it). The state is removed
-    once a final pass has finished; a failure or interrupt keeps it for the next run."""
-    if session is None:
-        yield "ready"
-        return
-    try:
-        outcome = session.prepare(pass_, say=_say(args.quiet))
-        if outcome != "ready":
-            yield outcome
-            if outcome == "exported" and session.state is None:
-                session.finish()  # no batch run here: nothing to keep
-            else:
-                session.close()
-            return
-        with session.replaying():
-            yield outcome
-    except BaseException:
-        session.close()
-        raise
-    session.finish()
+def batch_run(session: Any, args: argparse.Namespace, pass_: Callable[[], None]) -> contextlib.AbstractContextManager[str]:
+    """Around the final pass (:func:`capjudge.backends.openai.batch_control.batch_run`): yields
+    ``"ready"``, ``"pending"`` or ``"exported"``; progress messages unless ``--quiet``."""
+    from capjudge.backends.openai.batch_control import batch_run as run
+
+    return run(session, pass_, _say(args.quiet))
 
 
 def pending_exit(session: Any, outcome: str) -> int:
     """The exit code and message of a run that did not reach its final pass."""
-    from capjudge.cli import EXIT_OK
+    from capjudge.backends.openai.batch_control import pending_message
 
     if outcome == "exported":
         return EXIT_OK
-    jobs = session.state.in_flight if session.state is not None else []
-    print(f"capjudge: {len(jobs)} batch(es) in progress ({', '.join(str(j.batch_id) for j in jobs[:5])}{' ...' if len(jobs) > 5 else ''}): {SUBMITTED_MESSAGE}", file=sys.stderr)
+    print(f"capjudge: {pending_message(session)}", file=sys.stderr)
     return EXIT_SUBMITTED
 
 
@@ -198,83 +159,19 @@ def register(subparsers: Any) -> None:
         q.set_defaults(func=func)
 
 
-def _load(out: str) -> Any:
-    from capjudge.backends.openai.batch import BatchState, BatchStateError, state_paths
-    from capjudge.cli_errors import UsageError
+def _provider(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The run's state, its batch provider and backend (credentials given again)."""
+    from capjudge.backends.openai.batch_control import (
+        given_options,
+        load_state,
+        open_provider,
+        require_credentials,
+    )
 
-    path, _ = state_paths(out)
-    if not path.exists():
-        raise UsageError(f"no batch run for {out}: {path} does not exist (the run finished, or never used --batch)")
-    try:
-        return BatchState.load(path)
-    except BatchStateError as exc:
-        raise UsageError(str(exc)) from None
-
-
-def _given_options(args: argparse.Namespace) -> dict[str, str]:
-    from capjudge.cli_errors import UsageError
-
-    options: dict[str, str] = {}
-    for item in getattr(args, "backend_opt", None) or ():
-        key, eq, value = item.partition("=")
-        if not eq or not key.strip():
-            raise UsageError(f"--backend-opt {key.strip() or item!r}: expected KEY=VALUE")
-        options[key.strip()] = value
-    return options
-
-
-def _require_credentials(state: Any, args: argparse.Namespace) -> dict[str, str]:
-    """The ``--backend-opt`` options given here; a usage error naming what to give when the run
-    was given credentials on the command line (the state file never holds them) and they are
-    not given again."""
-    from capjudge.backends.openai.batch_run import COMMAND_LINE_KEY
-    from capjudge.cli_errors import UsageError
-
-    given = _given_options(args)
-    missing: list[str] = []
-    if state.credentials.get("api_key") == COMMAND_LINE_KEY and not given.get("api_key"):
-        missing.append("--backend-opt api_key=KEY")
-    if state.credentials.get("url") and not args.backend:
-        missing.append(f"--backend SPEC (the run's spec, whose URL carried {', '.join(state.credentials['url'])})")
-    if missing:
-        raise UsageError(
-            f"the batch run of {args.out} was given credentials on the command line, which capjudge never writes to disk: "
-            f"give them again: capjudge batch {args.batch_command} {args.out} {' '.join(missing)} (or run the run's own command again)"
-        )
-    return given
-
-
-def _provider(state: Any, args: argparse.Namespace) -> Any:
-    from capjudge.backends.openai.batch import Provider
-    from capjudge.backends.registry import load_backend
-
-    given = _require_credentials(state, args)
-    backend: Any = load_backend(args.backend or state.backend, **{**state.backend_options, **given})
-    return Provider(backend.batch_client(), backend.batch_url), backend
-
-
-def _restore_command(argv: list[str], backend: str | None, given: dict[str, str]) -> list[str]:
-    """The recorded command with the credentials given again: ``--backend`` replaced, the
-    ``--backend-opt`` options named in ``given`` replaced by the given values."""
-    out: list[str] = []
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        flag, eq, inline = arg.partition("=")
-        value = inline if eq else (argv[i + 1] if i + 1 < len(argv) else "")
-        step = 1 if eq else 2
-        if flag == "--backend" and backend is not None:
-            out += ["--backend", backend]
-            i += step
-            continue
-        if flag == "--backend-opt" and value.partition("=")[0].strip() in given:
-            i += step
-            continue
-        out.append(arg)
-        i += 1
-    for key, value in given.items():
-        out += ["--backend-opt", f"{key}={value}"]
-    return out
+    state = load_state(args.out)
+    given = require_credentials(state, args.out, args.backend, given_options(args.backend_opt), args.batch_command)
+    provider, backend = open_provider(state, args.backend, given)
+    return state, provider, backend
 
 
 def cmd_status(args: argparse.Namespace) -> int:
@@ -282,17 +179,12 @@ def cmd_status(args: argparse.Namespace) -> int:
     import json
     from dataclasses import asdict
 
-    from capjudge.backends.openai.batch import TERMINAL, apply_status
-    from capjudge.backends.openai.batch_run import provider_errors
+    from capjudge.backends.openai.batch import TERMINAL
+    from capjudge.backends.openai.batch_control import refresh_status
 
-    state = _load(args.out)
-    provider, backend = _provider(state, args)
+    state, provider, backend = _provider(args)
     try:
-        with provider_errors():
-            for job in state.in_flight:
-                if job.batch_id and job.status not in TERMINAL:
-                    apply_status(job, provider.retrieve(job.batch_id))
-        state.save()
+        refresh_status(state, provider)
     finally:
         provider.close()
         backend.close()
@@ -315,47 +207,25 @@ def cmd_status(args: argparse.Namespace) -> int:
 
 def cmd_collect(args: argparse.Namespace) -> int:
     """``capjudge batch collect RESULTS.jsonl``: the run's own command again (from its folder)."""
-    from capjudge.cli import main
-    from capjudge.cli_errors import UsageError
+    from capjudge.backends.openai.batch_control import collect_command
+    from capjudge.cli.app import main
 
-    state = _load(args.out)
-    given = _require_credentials(state, args)
-    argv = _restore_command(list(state.command), args.backend, given)
-    if not argv:
-        raise UsageError(f"{state.path} does not record the command of the run: run it again yourself")
-    if args.wait and "--wait" not in argv:
-        argv.append("--wait")
-    if args.poll_interval is not None:
-        argv += ["--poll-interval", str(args.poll_interval)]
+    todo = collect_command(args.out, backend=args.backend, backend_opt=args.backend_opt, wait=args.wait, poll_interval=args.poll_interval)
     old = os.getcwd()
-    os.chdir(state.cwd)
+    os.chdir(todo.cwd)
     try:
-        return main(argv)
+        return main(todo.argv)
     finally:
         os.chdir(old)
 
 
 def cmd_cancel(args: argparse.Namespace) -> int:
     """``capjudge batch cancel RESULTS.jsonl``."""
-    from capjudge.backends.openai.batch import TERMINAL, apply_status
-    from capjudge.backends.openai.batch_run import provider_errors
+    from capjudge.backends.openai.batch_control import cancel_batches
 
-    state = _load(args.out)
-    provider, backend = _provider(state, args)
-    cancelled = 0
+    state, provider, backend = _provider(args)
     try:
-        with provider_errors():
-            for job in state.in_flight:
-                if job.batch_id is None and job.status == "creating":
-                    found = provider.find_batch(job)
-                    if found is not None:
-                        apply_status(job, found)
-                if job.batch_id is None:
-                    job.status = "collected"  # never submitted: its requests are asked again by the next run
-                elif job.status not in TERMINAL and job.status != "cancelling":
-                    apply_status(job, provider.cancel(job.batch_id))
-                    cancelled += 1
-                state.save()
+        cancelled = cancel_batches(state, provider)
     finally:
         provider.close()
         backend.close()

@@ -12,17 +12,29 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import time
 from typing import Any
+
+from capjudge.cli.common import (
+    EXIT_CODES_HELP,
+    add_common,
+    add_resume,
+    finish,
+    make_judge,
+    method_with_template,
+    preflight,
+    progress,
+    summary_table,
+    usage_rows,
+)
+from capjudge.cli.html import add_html_option
+from capjudge.cli_errors import UsageError
 
 FORMATS = ("table", "json")
 
 
 def register(subparsers: Any) -> None:
     """Add ``arena`` to an argparse subparsers object."""
-    from capjudge.cli import EXIT_CODES_HELP, _add_common, _add_resume
-    from capjudge.report.commands import add_html_option
 
     p = subparsers.add_parser(
         "arena",
@@ -36,7 +48,7 @@ def register(subparsers: Any) -> None:
         epilog=EXIT_CODES_HELP,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    _add_common(p, method_default="gpt4v-pairwise")
+    add_common(p, method_default="gpt4v-pairwise")
     src = p.add_argument_group("captions (one of)")
     src.add_argument("--models", nargs="+", metavar="NAME=PATH", help="one captions file per model (JSONL/CSV: image, caption[, id])")
     src.add_argument("--input", default=None, metavar="FILE", help="one captions file with a model column (model, image, caption[, id])")
@@ -47,7 +59,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the image sample, who is shown first, the Elo order and the bootstrap (default 0)")
     p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: both orders asked, votes combined; grading: higher single score wins (a scoring --method); auto: by method")
     p.add_argument("--out", required=True, metavar="BATTLES.jsonl", help="battle records (written as they complete; a re-run resumes)")
-    _add_resume(p)
+    add_resume(p)
     p.add_argument("--format", choices=FORMATS, default="table", help="table (default) or one JSON object on the last line")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples of the images for 95%% CIs (default 1000; 0: none)")
     p.add_argument("--ties", choices=("half", "davidson"), default="half", help="Bradley-Terry ties: half a win each (default) or Davidson's tie model")
@@ -67,11 +79,9 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
         load_model_files,
         parse_model_specs,
     )
-    from capjudge.cli import _method_with_template, _preflight
-    from capjudge.cli_errors import UsageError
     from capjudge.preflight import check_input
 
-    method = _method_with_template(args.method, args.template, args.template_file)
+    method = method_with_template(args.method, args.template, args.template_file)
     if args.mode == "grading" and method.kind != "score":
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
     if (args.baseline is None) == (not args.round_robin):
@@ -89,7 +99,7 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
         for name, path in specs:
             check_input(path, f"--models {name}: file")
         inputs = [(path, ("image", "caption")) for _, path in specs] if specs else [(args.input, ("model", "image", "caption"))]
-        _preflight(args, inputs=inputs, out=args.out, reports=[("--html", args.html)], out_kind="pair")
+        preflight(args, inputs=inputs, out=args.out, reports=[("--html", args.html)], out_kind="pair")
         inp = load_model_files(specs) if specs else load_model_column(args.input)
         plan_battles(inp, baseline=args.baseline, round_robin=args.round_robin, budget=args.budget, seed=args.seed)
     except ArenaInputError as exc:
@@ -100,8 +110,6 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
 def cmd_arena(args: argparse.Namespace) -> int:
     """``capjudge arena``: judge the battles, print the leaderboard."""
     from capjudge.arena.run import run_arena
-    from capjudge.cli import _finish, _make_judge, _progress, _usage_rows
-    from capjudge.cli_errors import UsageError
     from capjudge.outfile import ResumeConflict
     from capjudge.summary import RunTally
 
@@ -109,7 +117,7 @@ def cmd_arena(args: argparse.Namespace) -> int:
     mode = None if args.mode == "auto" else args.mode
     t0 = time.perf_counter()
     tally = RunTally(method=method.name)
-    with _make_judge(args, method) as judge:
+    with make_judge(args, method) as judge:
         label = f"arena with {method.name}"
         try:
             result = run_arena(
@@ -127,11 +135,11 @@ def cmd_arena(args: argparse.Namespace) -> int:
                 length_controlled=args.length_controlled,
                 overwrite=args.overwrite,
                 retry_errors=args.retry_errors,
-                progress=lambda stream, total, done: _progress(stream, total, label, args.quiet, done),
+                progress=lambda stream, total, done: progress(stream, total, label, args.quiet, done),
             )
         except ResumeConflict as exc:
             raise UsageError(str(exc)) from None
-        usage = _usage_rows(judge)
+        usage = usage_rows(judge)
     for rec in result.run.asked:
         tally.add(_as_result(rec))
     if args.format == "json":
@@ -140,10 +148,10 @@ def cmd_arena(args: argparse.Namespace) -> int:
         _print_table(result, usage, time.perf_counter() - t0, args)
     if args.html:
         from capjudge.arena.report import arena_page
-        from capjudge.report.commands import command_line, emit
+        from capjudge.cli.html import command_line, emit
 
         emit(args.html, lambda: arena_page(result, args.out, images=args.images, command=command_line()), quiet=args.quiet)
-    return _finish(tally)
+    return finish(tally)
 
 
 def _as_result(rec: dict[str, Any]) -> Any:
@@ -152,19 +160,12 @@ def _as_result(rec: dict[str, Any]) -> Any:
     return PairResult.from_dict(rec)
 
 
-def _f(v: Any, digits: int = 0) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return f"{v:.{digits}f}"
-
-
-def _pct(v: Any) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}%"
-
-
 def _print_table(result: Any, usage: list[tuple[str, str]], seconds: float, args: argparse.Namespace) -> None:
     from rich.console import Console
     from rich.table import Table
+
+    from capjudge.arena.formats import number as _f
+    from capjudge.arena.formats import percent as _pct
 
     con = Console(highlight=False, width=max(Console().width, 110))
     d = result.to_dict()
@@ -202,8 +203,6 @@ def _print_table(result: Any, usage: list[tuple[str, str]], seconds: float, args
             ("battles file", str(args.out)),
             *usage,
         ]
-        from capjudge.cli import _summary_table
-
-        con.print(_summary_table("run", rows))
+        con.print(summary_table("run", rows))
     for note in d["notes"]:
         con.print(f"[yellow]note:[/yellow] {note}")

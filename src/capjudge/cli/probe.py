@@ -11,16 +11,17 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from capjudge.cli import (
-    EXIT_OK,
-    _add_common,
-    _console,
-    _make_judge,
-    _method_with_template,
-    _preflight,
+from capjudge.cli.common import (
+    add_common,
+    console,
     image_options,
+    make_judge,
+    method_with_template,
+    preflight,
 )
+from capjudge.cli.html import add_html_option
 from capjudge.cli_errors import UsageError
+from capjudge.errors import EXIT_OK
 
 # Only light modules at the top (perturbations is the standard library only): building the parser
 # (`capjudge --help`) must not import the judge, numpy or matplotlib; the handlers import them.
@@ -30,7 +31,6 @@ from capjudge.probes.perturbations import (
     UnknownPerturbationError,
     resolve_kinds,
 )
-from capjudge.report.commands import add_html_option
 
 if TYPE_CHECKING:
     from capjudge.probes.choose_one import ChoiceGroup
@@ -46,7 +46,7 @@ def register(subparsers: Any) -> None:
             f"prefers the original. Kinds: {', '.join(KINDS)} (or the families fluency, hard-negative, injection)."
         ),
     )
-    _add_common(p)
+    add_common(p)
     p.add_argument("--captions", required=True, metavar="FILE", help="JSONL or CSV with image, caption[, references, id]: the original (correct) captions")
     p.add_argument("--kinds", default="all", help="comma-separated perturbation kinds or families (default: all)")
     p.add_argument("--seed", type=int, default=0, help="perturbation seed (default 0)")
@@ -69,7 +69,7 @@ def register(subparsers: Any) -> None:
             "--method listwise asks one prompt per image (the Cobra-effect paper, Fig. 4); a scoring method scores each caption alone."
         ),
     )
-    _add_common(p, method_default="listwise")
+    add_common(p, method_default="listwise")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--input", metavar="GROUPS.jsonl", help="JSONL/CSV rows: image, true (list), flawed (list)[, id]")
     src.add_argument("--captions", metavar="FILE", help="captions file; flawed captions are made from the true ones with --flaw-kinds")
@@ -124,17 +124,17 @@ def cmd_probe(args: argparse.Namespace) -> int:
     from capjudge.prompts.registry import get_method
 
     kinds = _kinds(args.kinds)
-    method = _method_with_template(args.method, args.template, args.template_file)
+    method = method_with_template(args.method, args.template, args.template_file)
     other = get_method(args.compare_method) if args.compare_method else None
     second_plot = str(_second_plot(args.plot, other.name)) if other is not None and args.plot else None
-    _preflight(args, inputs=[(args.captions, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot), ("--plot", second_plot), ("--html", args.html)], out_kind="score",
+    preflight(args, inputs=[(args.captions, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot), ("--plot", second_plot), ("--html", args.html)], out_kind="score",
                report_kinds={"--out-json": "probe-json", "--markdown": "markdown", "--plot": "plot"})  # fmt: skip
     samples, bad = _read_captions(args.captions, args.limit)
     if not samples:
         raise UsageError(f"{args.captions}: no usable caption rows")
-    judge = _make_judge(args, method)
+    judge = make_judge(args, method)
     writer = ResultWriter(args.out) if args.out else None
-    con = _console()
+    con = console()
     try:
         if not args.quiet:
             con.print(f"probing {method.name} on {judge.backend_spec}: {len(samples)} captions x {len(kinds)} kinds")
@@ -162,7 +162,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         if second is not None:
             probe_plot(second, _second_plot(args.plot, second.method))
     if args.html:
-        from capjudge.report.commands import command_line, emit
+        from capjudge.cli.html import command_line, emit
         from capjudge.report.pages import probe_page
 
         reports = [report] if second is None else [report, second]
@@ -180,8 +180,8 @@ def cmd_choose_one(args: argparse.Namespace) -> int:
     from capjudge.probes.choose_one import build_groups, group_from_row, run_choose_one
     from capjudge.probes.report import choose_one_markdown, write_json
 
-    method = _method_with_template(args.method, args.template, args.template_file)
-    _preflight(args, inputs=[(args.input, ("image",)), (args.captions, ("image", "caption"))], reports=[("--out-json", args.out_json), ("--markdown", args.markdown)],
+    method = method_with_template(args.method, args.template, args.template_file)
+    preflight(args, inputs=[(args.input, ("image",)), (args.captions, ("image", "caption"))], reports=[("--out-json", args.out_json), ("--markdown", args.markdown)],
                report_kinds={"--out-json": "choose-one-json", "--markdown": "markdown"})  # fmt: skip
     bad: list[str] = []
     if args.input:
@@ -202,7 +202,7 @@ def cmd_choose_one(args: argparse.Namespace) -> int:
             groups = groups[: args.limit]
     if not groups:
         raise UsageError("no usable groups" + (f" ({bad[0]})" if bad else ""))
-    judge = _make_judge(args, method)
+    judge = make_judge(args, method)
     try:
         try:
             report = run_choose_one(judge, groups, seed=args.seed)
@@ -220,5 +220,5 @@ def cmd_choose_one(args: argparse.Namespace) -> int:
     if not args.quiet:
         print(text)
         for b in bad[:5]:
-            _console().print(f"[yellow]skipped: {b}[/yellow]")
+            console().print(f"[yellow]skipped: {b}[/yellow]")
     return EXIT_OK

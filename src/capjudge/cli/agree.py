@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from capjudge.report.commands import add_html_option
+from capjudge.cli.html import add_html_option
 
 
 def register(subparsers: Any) -> None:
@@ -36,9 +36,9 @@ def register(subparsers: Any) -> None:
 
 def cmd_agree(args: argparse.Namespace) -> int:
     """``capjudge agree``: print the agreement report."""
+    from capjudge.cli.html import check_html
     from capjudge.metaeval.agree import AgreeInputError, agree
     from capjudge.preflight import PreflightError
-    from capjudge.report.commands import check_html
 
     if len(args.results) < 2:
         print("capjudge: error: agree needs two or more results files", file=sys.stderr)
@@ -58,7 +58,7 @@ def cmd_agree(args: argparse.Namespace) -> int:
 
         render(report, Console(highlight=False))
     if args.html:
-        from capjudge.report.commands import command_line, emit
+        from capjudge.cli.html import command_line, emit
         from capjudge.report.pages import agree_page
 
         emit(args.html, lambda: agree_page(report, args.results, images=args.html_images, command=command_line()))

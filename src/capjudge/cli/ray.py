@@ -36,7 +36,7 @@ def check_ray_args(args: argparse.Namespace) -> None:
         raise UsageError(str(exc)) from None
 
 
-def _describe(actors: int, gpus: float, judge: Any, cache_dir: str | None) -> list[str]:
+def describe(actors: int, gpus: float, judge: Any, cache_dir: str | None) -> list[str]:
     """What the run will do, said once the plan is known (stderr)."""
     lines = [f"Ray: {actors} actor(s), each with its own judge" + (f" and {gpus:g} GPU(s)" if gpus else "") + "."]
     concurrency = int(getattr(judge.backend.capabilities, "concurrency", 0) or 0)
@@ -64,7 +64,7 @@ def ray_score_stream(args: argparse.Namespace, judge: Any, method: Any, judge_kw
 
     def announce(actors: int, gpus: float) -> None:
         if not said and not args.quiet:
-            for line in _describe(actors, gpus, judge, config.options.get("cache_dir")):
+            for line in describe(actors, gpus, judge, config.options.get("cache_dir")):
                 console.print(line, markup=False, highlight=False)
         said.append(True)
 
