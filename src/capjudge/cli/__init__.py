@@ -11,7 +11,14 @@ imports no model library.
 from __future__ import annotations
 
 from capjudge.cli.app import build_parser, main
-from capjudge.cli.common import EXAMPLES_HELP, EXIT_CODES_HELP
+from capjudge.cli.common import (
+    EXAMPLES_HELP,
+    EXIT_CODES_HELP,
+    add_image_options,
+    hold_out_lock,
+    image_options,
+    progress_bar,
+)
 from capjudge.errors import EXIT_BACKEND, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 __all__ = [
@@ -22,6 +29,10 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_OK",
     "EXIT_USAGE",
+    "add_image_options",
     "build_parser",
+    "hold_out_lock",
+    "image_options",
     "main",
+    "progress_bar",
 ]

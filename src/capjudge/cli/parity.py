@@ -18,8 +18,9 @@ from typing import Any
 
 from capjudge.cli.common import add_image_options, image_options, parse_options
 from capjudge.cli_errors import UsageError
+from capjudge.errors import EXIT_DIFFER
 
-EXIT_OUTSIDE_TOLERANCE = 5  # 4 is --batch "submitted, still running"
+EXIT_OUTSIDE_TOLERANCE = EXIT_DIFFER  # 4 is --batch "submitted, still running"
 
 
 def register(subparsers: Any) -> None:

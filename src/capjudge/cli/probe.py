@@ -1,7 +1,6 @@
 """CLI subcommands ``probe`` and ``choose-one``.
 
-``register(subparsers)`` adds them to the ``capjudge`` parser (cli.py calls it when this module is
-present); each sets ``func`` to a handler ``(args) -> int``: 0 when the run completed (also with
+``register(subparsers)`` adds them to the ``capjudge`` parser; each sets ``func`` to a handler ``(args) -> int``: 0 when the run completed (also with
 per-caption errors, which are counted in the report), 2 for a usage error.
 """
 
