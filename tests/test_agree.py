@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
+from capjudge.cli.agree import register
 from capjudge.metaeval import agree_stats as S
 from capjudge.metaeval import stats
 from capjudge.metaeval.agree import AgreeInputError, agree
-from capjudge.metaeval.agree_commands import register
 from capjudge.metaeval.agree_report import format_table
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"

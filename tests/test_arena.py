@@ -375,12 +375,12 @@ def test_cli_json_last_line_and_html(tmp_path: Path, capsys: pytest.CaptureFixtu
 
 
 def test_cli_usage_errors_exit_2_before_any_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    import capjudge.cli
+    import capjudge.cli.arena
 
     def no_backend(*_a: object, **_k: object) -> None:
         raise AssertionError("the backend was built")
 
-    monkeypatch.setattr(capjudge.cli, "_make_judge", no_backend)
+    monkeypatch.setattr(capjudge.cli.arena, "make_judge", no_backend)
     files = write_models(tmp_path, ["true", "swap"])
     models = ["--models", *(f"{n}={p}" for n, p in files.items())]
     base = ["--backend", "scripted:x", "--out", str(tmp_path / "o.jsonl")]

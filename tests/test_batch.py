@@ -26,8 +26,8 @@ from capjudge.backends.openai.batch import (
     read_jsonl,
     state_paths,
 )
-from capjudge.backends.openai.batch_commands import EXIT_SUBMITTED, SUBMITTED_MESSAGE
 from capjudge.cli import EXIT_BACKEND, EXIT_OK, EXIT_USAGE, main
+from capjudge.cli.batch import EXIT_SUBMITTED, SUBMITTED_MESSAGE
 from capjudge.usage import BATCH_DISCOUNT, PriceTable
 from openai_fake_server import Received, running_server
 

@@ -29,10 +29,10 @@ from capjudge.backends.cache import (
     ResponseCache,
     cacheable,
     default_cache_dir,
-    register_cli,
 )
 from capjudge.backends.openai import OpenAIBackend
 from capjudge.backends.registry import load_backend
+from capjudge.cli.cache import register as register_cli
 from capjudge.images import load_image
 from capjudge.usage import BudgetExceeded
 from openai_fake_server import running_server

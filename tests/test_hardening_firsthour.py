@@ -185,7 +185,7 @@ def test_parity_tolerance_prints_the_tolerance_the_largest_difference_and_tells_
 
 
 def test_parity_labels_mask_secret_options_and_say_when_both_are_the_same() -> None:
-    from capjudge.parity.commands import backend_labels
+    from capjudge.cli.parity import backend_labels
 
     a, b = backend_labels("openai-compatible:http://h/v1#m", "openai-compatible:http://h/v1#m", {"api_key": "sk-verysecret123"}, {})
     assert "sk-verysecret123" not in a and "api_key=***" in a and "api_key unset" in b

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 from capjudge.backends.openai.batch import state_paths
-from capjudge.backends.openai.batch_commands import EXIT_SUBMITTED
 from capjudge.backends.registry import parse_spec
 from capjudge.cli import EXIT_OK, EXIT_USAGE, main
+from capjudge.cli.batch import EXIT_SUBMITTED
 from openai_fake_server import Received, Reply, default_responder, error_body, running_server
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from capjudge.metaeval.commands import register
+from capjudge.cli.metaeval import register
 from capjudge.types import ScoreResult
 
 DATA = Path(__file__).parent / "data" / "metaeval"

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pytest
 
+from capjudge.cli.metaeval import register
 from capjudge.metaeval import fleur_pascal_annotations, fleur_results_to_jsonl, parse_fleur_results
-from capjudge.metaeval.commands import register
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FLEUR = SHARED / "Yebin46_FLEUR"

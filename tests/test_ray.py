@@ -92,7 +92,7 @@ def test_cli_ray_usage_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
 
 def test_plan_message_says_the_concurrency_is_per_actor() -> None:
-    from capjudge.distributed.commands import _describe
+    from capjudge.cli.ray import describe as _describe
 
     judge = Judge("vanilla", "openai-compatible:http://127.0.0.1:9/v1#m", backend_options={"concurrency": 8})
     lines = _describe(3, 0.0, judge, "/c")

@@ -34,7 +34,7 @@ def test_help_imports_no_heavy_module() -> None:
 
 
 def test_parser_tie_rules_match_the_statistics() -> None:
-    from capjudge.metaeval.commands import TIE_CHOICES
+    from capjudge.cli.metaeval import TIE_CHOICES
     from capjudge.metaeval.stats import TIE_RULES
 
     assert TIE_CHOICES == TIE_RULES

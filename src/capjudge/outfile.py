@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from capjudge.errors import UsageError
 from capjudge.io import iter_jsonl, write_atomically
 from capjudge.recordcheck import record_problem
 from capjudge.redact import scrub_record
@@ -36,7 +37,7 @@ from capjudge.types import PairResult, ScoreResult
 Key = tuple[Any, ...]
 
 
-class ResumeConflict(ValueError):
+class ResumeConflict(UsageError, ValueError):
     """``--out`` holds results that this run cannot continue (another method, backend, input)."""
 
 

@@ -12,8 +12,8 @@ each model first, and adding a model changes no existing battle.
 
 The battles are judged by :meth:`Judge.compare_stream` (the same machinery as ``capjudge
 compare``: dual-sided votes or single grading, batches or a sliding window, the response cache).
-Records go to ``out`` as they complete (:class:`capjudge.outfile.ResultsFile`) and a re-run asks
-only the battles that have no record there (:func:`capjudge.outfile.plan_resume`), so adding a
+Records go to ``out`` as they complete and a re-run asks only the battles that have no record
+there (:mod:`capjudge.runner`, the runner of ``score`` and ``compare``), so adding a
 model asks only its battles. A battle matches its record by image id, image and the two models
 with their captions, whichever was shown first.
 """
@@ -21,7 +21,7 @@ with their captions, whichever was shown first.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -158,45 +158,27 @@ def run_battles(
     Raises :class:`capjudge.outfile.ResumeConflict` when ``out`` was written by another judge.
     """
     from capjudge.judges.pairwise import Pair, run_fields
-    from capjudge.outfile import ResultsFile, ResumePlan, plan_resume
+    from capjudge.outfile import ResumePlan
+    from capjudge.runner import resume_plan, run_rows
 
     rows = [b.row() for b in plan.battles]
     resume = ResumePlan()
-    if out is not None and not overwrite:
-        resume = plan_resume(out, rows, battle_key, run_fields(judge, mode), retry_errors=retry_errors, unmatched="keep")
-    todo = [pos for pos in range(len(rows)) if pos not in resume.kept]
-    retry = [pos for pos in todo if pos in resume.retry]
-    fresh = [pos for pos in todo if pos not in resume.retry]
+    if out is not None:
+        resume = resume_plan(out, rows, battle_key, run_fields(judge, mode), overwrite=overwrite, retry_errors=retry_errors, unmatched="keep")
     got: dict[int, dict[str, Any]] = dict(resume.kept)
     asked: list[dict[str, Any]] = []
 
-    def pairs(positions: Sequence[int]) -> list[Pair]:
-        return [Pair(plan.battles[p].image, plan.battles[p].caption_a, plan.battles[p].caption_b, (), plan.battles[p].item) for p in positions]
-
-    def stream() -> Iterator[tuple[int, dict[str, Any]]]:
-        if retry:
-            from capjudge.backends.cache import bypass_cache
-
-            with bypass_cache(judge.backend):
-                for k, res in judge.compare_stream(pairs(retry), mode=mode):
-                    yield retry[k], battle_record(plan.battles[retry[k]], res)
-        for k, res in judge.compare_stream(pairs(fresh), mode=mode):
-            yield fresh[k], battle_record(plan.battles[fresh[k]], res)
+    def stream(battle_rows: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
+        battles = [Battle(r["id"], r["image"], r["model_a"], r["model_b"], r["caption_a"], r["caption_b"]) for r in battle_rows]
+        pairs = [Pair(b.image, b.caption_a, b.caption_b, (), b.item) for b in battles]
+        for k, res in judge.compare_stream(pairs, mode=mode):
+            yield k, battle_record(battles[k], res)
 
     extra = list(resume.unmatched)
-    items: Iterable[tuple[int, dict[str, Any]]] = stream()
-    if progress is not None:
-        items = progress(stream(), len(rows), len(resume.kept))
-    sink = ResultsFile(out, [*((p + 1, r) for p, r in resume.kept.items()), *((len(rows) + k + 1, r) for k, r in enumerate(extra))]) if out is not None else None
-    try:
-        for pos, rec in items:
-            if sink is not None:
-                sink.write(pos + 1, rec)
-                rec = dict(rec, row=pos + 1)
-            got[pos] = rec
-            asked.append(rec)
-    finally:
-        if sink is not None:
-            sink.close()
+    for pos, rec in run_rows(judge.backend, rows, resume, stream, out=out, progress=progress, extra=extra):
+        if out is not None:
+            rec = dict(rec, row=pos + 1)
+        got[pos] = rec
+        asked.append(rec)
     records = [got[p] for p in range(len(rows)) if p in got]
     return BattleRun(records, asked, kept=len(resume.kept), kept_errors=resume.kept_errors, outside_plan=len(extra))

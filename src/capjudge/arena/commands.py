@@ -1,209 +1,23 @@
-"""CLI subcommand ``arena``: rank captioning models by pairwise battles judged by a VLM.
+"""Deprecated: moved to :mod:`capjudge.cli.arena` (this path keeps working for one release).
 
-``register(subparsers)`` adds it to the ``capjudge`` parser; only the standard library is imported
-here (``capjudge --help`` stays fast). Exit codes as ``capjudge compare``: 0 done, 1 the backend
-could not start, 2 usage error (found before the backend is built: unknown baseline, fewer than
-two models, a missing model file, both or neither of ``--baseline`` / ``--round-robin``, a battles
-file written by another judge), 3 battles failed for backend reasons (re-run to resume), 130
-interrupted.
+The command line lives in :mod:`capjudge.cli`; this shim imports it lazily, when a name is read.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import time
+import importlib
+import warnings
 from typing import Any
 
-FORMATS = ("table", "json")
+_NEW = "capjudge.cli.arena"
+_warned: list[bool] = []
 
 
-def register(subparsers: Any) -> None:
-    """Add ``arena`` to an argparse subparsers object."""
-    from capjudge.cli import EXIT_CODES_HELP, _add_common, _add_resume
-    from capjudge.report.commands import add_html_option
-
-    p = subparsers.add_parser(
-        "arena",
-        help="rank captioning models by pairwise battles judged by a VLM (Bradley-Terry, Elo, bootstrap CIs)",
-        description=(
-            "Battles between captioning models on the same images, each judged in both orders (or by single grading), "
-            "then a leaderboard: win rate, Bradley-Terry strength with 95% bootstrap CIs over images, Elo, the share of "
-            "battles whose two orders disagreed, and a caption-length check. Battles are written to --out as they "
-            "complete; a re-run, or a run with one more model, asks only the battles not there yet. See docs/arena.md."
-        ),
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    _add_common(p, method_default="gpt4v-pairwise")
-    src = p.add_argument_group("captions (one of)")
-    src.add_argument("--models", nargs="+", metavar="NAME=PATH", help="one captions file per model (JSONL/CSV: image, caption[, id])")
-    src.add_argument("--input", default=None, metavar="FILE", help="one captions file with a model column (model, image, caption[, id])")
-    proto = p.add_argument_group("protocol (one of)")
-    proto.add_argument("--baseline", default=None, metavar="NAME", help="every model against this one (CapArena-Auto)")
-    proto.add_argument("--round-robin", action="store_true", help="every pair of models")
-    p.add_argument("--budget", type=int, default=None, metavar="N", help="at most N battles: whole images, in a seeded order")
-    p.add_argument("--seed", type=int, default=0, help="seed of the image sample, who is shown first, the Elo order and the bootstrap (default 0)")
-    p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: both orders asked, votes combined; grading: higher single score wins (a scoring --method); auto: by method")
-    p.add_argument("--out", required=True, metavar="BATTLES.jsonl", help="battle records (written as they complete; a re-run resumes)")
-    _add_resume(p)
-    p.add_argument("--format", choices=FORMATS, default="table", help="table (default) or one JSON object on the last line")
-    p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples of the images for 95%% CIs (default 1000; 0: none)")
-    p.add_argument("--ties", choices=("half", "davidson"), default="half", help="Bradley-Terry ties: half a win each (default) or Davidson's tie model")
-    p.add_argument("--elo-k", type=float, default=4.0, metavar="K", help="Elo K factor (default 4)")
-    p.add_argument("--length-controlled", action="store_true", help="add a length-controlled win rate (alpaca_eval style)")
-    add_html_option(p)
-    p.set_defaults(func=cmd_arena)
-
-
-def _check(args: argparse.Namespace) -> tuple[Any, Any]:
-    """Every usage check, before the backend is built: the method and mode, the protocol, the
-    files, the captions and the plan. Returns ``(method, input)``."""
-    from capjudge.arena.battles import plan_battles
-    from capjudge.arena.load import (
-        ArenaInputError,
-        load_model_column,
-        load_model_files,
-        parse_model_specs,
-    )
-    from capjudge.cli import _method_with_template, _preflight
-    from capjudge.cli_errors import UsageError
-    from capjudge.preflight import check_input
-
-    method = _method_with_template(args.method, args.template, args.template_file)
-    if args.mode == "grading" and method.kind != "score":
-        raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
-    if (args.baseline is None) == (not args.round_robin):
-        raise UsageError("choose one protocol: --baseline NAME (every model against it) or --round-robin (every pair)")
-    if (args.models is None) == (args.input is None):
-        raise UsageError("give the captions with --models NAME=PATH [NAME=PATH ...] or --input FILE (with a model column), not both")
-    if args.limit is not None:
-        raise UsageError("arena takes --budget N (at most N battles, whole images), not --limit")
-    if args.bootstrap < 0:
-        raise UsageError("--bootstrap must be 0 or more")
-    try:
-        specs = parse_model_specs(args.models) if args.models else []
-        if args.models is not None and len(specs) < 2:
-            raise ArenaInputError(f"an arena needs two or more models, got {len(specs)}")
-        for name, path in specs:
-            check_input(path, f"--models {name}: file")
-        inputs = [(path, ("image", "caption")) for _, path in specs] if specs else [(args.input, ("model", "image", "caption"))]
-        _preflight(args, inputs=inputs, out=args.out, reports=[("--html", args.html)], out_kind="pair")
-        inp = load_model_files(specs) if specs else load_model_column(args.input)
-        plan_battles(inp, baseline=args.baseline, round_robin=args.round_robin, budget=args.budget, seed=args.seed)
-    except ArenaInputError as exc:
-        raise UsageError(str(exc)) from None
-    return method, inp
-
-
-def cmd_arena(args: argparse.Namespace) -> int:
-    """``capjudge arena``: judge the battles, print the leaderboard."""
-    from capjudge.arena.run import run_arena
-    from capjudge.cli import _finish, _make_judge, _progress, _usage_rows
-    from capjudge.cli_errors import UsageError
-    from capjudge.outfile import ResumeConflict
-    from capjudge.summary import RunTally
-
-    method, inp = _check(args)
-    mode = None if args.mode == "auto" else args.mode
-    t0 = time.perf_counter()
-    tally = RunTally(method=method.name)
-    with _make_judge(args, method) as judge:
-        label = f"arena with {method.name}"
-        try:
-            result = run_arena(
-                inp,
-                judge=judge,
-                baseline=args.baseline,
-                round_robin=args.round_robin,
-                mode=mode,
-                out=args.out,
-                budget=args.budget,
-                seed=args.seed,
-                bootstrap=args.bootstrap,
-                ties=args.ties,
-                elo_k=args.elo_k,
-                length_controlled=args.length_controlled,
-                overwrite=args.overwrite,
-                retry_errors=args.retry_errors,
-                progress=lambda stream, total, done: _progress(stream, total, label, args.quiet, done),
-            )
-        except ResumeConflict as exc:
-            raise UsageError(str(exc)) from None
-        usage = _usage_rows(judge)
-    for rec in result.run.asked:
-        tally.add(_as_result(rec))
-    if args.format == "json":
-        print(json.dumps(result.to_dict(), ensure_ascii=False))
-    else:
-        _print_table(result, usage, time.perf_counter() - t0, args)
-    if args.html:
-        from capjudge.arena.report import arena_page
-        from capjudge.report.commands import command_line, emit
-
-        emit(args.html, lambda: arena_page(result, args.out, images=args.images, command=command_line()), quiet=args.quiet)
-    return _finish(tally)
-
-
-def _as_result(rec: dict[str, Any]) -> Any:
-    from capjudge.types import PairResult
-
-    return PairResult.from_dict(rec)
-
-
-def _f(v: Any, digits: int = 0) -> str:
-    if v is None or (isinstance(v, float) and math.isnan(v)):
-        return "-"
-    return f"{v:.{digits}f}"
-
-
-def _pct(v: Any) -> str:
-    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else f"{100 * v:.1f}%"
-
-
-def _print_table(result: Any, usage: list[tuple[str, str]], seconds: float, args: argparse.Namespace) -> None:
-    from rich.console import Console
-    from rich.table import Table
-
-    con = Console(highlight=False, width=max(Console().width, 110))
-    d = result.to_dict()
-    lc = any("lc_win_rate" in e for e in d["leaderboard"])
-    title = f"capjudge arena: {d['protocol']}" + (f" against {d['baseline']}" if d["baseline"] else "") + f", {d['method']} ({d['mode']})"
-    t = Table(title=title)
-    cols = ["#", "model", "BT [95% CI]", "win rate", "Elo", "battles", "W/L/T", "flips", "words"] + (["LC win rate"] if lc else [])
-    for col in cols:
-        # Model names in full, whatever the width; numbers never cut (they fold).
-        t.add_column(col, justify="left" if col == "model" else "right", overflow="fold", no_wrap=col == "model")
-    for e in d["leaderboard"]:
-        ci = e["ci"]
-        row = [str(e["rank"]), e["model"], f"{_f(e['bt'])} [{_f(ci[0])}, {_f(ci[1])}]", _pct(e["win_rate"]), _f(e["elo"]), str(e["battles"]), f"{e['wins']}/{e['losses']}/{e['ties']}", _pct(e["position_flip_share"]), _f(e["mean_words"], 1)]
-        if lc:
-            row.append(_pct(e.get("lc_win_rate")))
-        t.add_row(*row)
-    t.caption = "BT: Bradley-Terry strength on the Elo scale, CI over images; W/L/T: wins / losses / ties; flips: battles whose two orders disagreed; words: mean caption length"
-    con.print(t)
-    length = d["length"]
-    bins = ", ".join(f"{b['words']} words: {_pct(b['longer_win_rate'])} of {b['battles']}" for b in length["bins"] if b["battles"])
-    con.print(f"longer caption wins {_pct(length['longer_win_rate'])} of battles with different lengths ({bins or 'none'}); {length['equal_length']} of equal length")
-    if "length_controlled" in length and length["length_controlled"]["gamma"] is not None:
-        con.print(f"length-controlled fit: gamma = {length['length_controlled']['gamma']:.3f} per tanh unit of (words_a - words_b) / {length['length_controlled']['sd_words']:.1f}")
-    if not args.quiet:
-        b = d["battles"]
-        rows = [
-            ("backend", d["backend"]),
-            ("battles planned", str(b["planned"])),
-            ("asked now", str(b["asked"])),
-            ("kept from --out", str(b["kept"])),
-            ("won / tied / failed", f"{b['won']} / {b['ties']} / {b['failed']}"),
-            ("images", f"{d['images']['in_arena']} of {d['images']['with_two_models']}"),
-            ("position flips", _pct(d["position_flip_share"])),
-            ("seconds", f"{seconds:.1f}"),
-            ("battles file", str(args.out)),
-            *usage,
-        ]
-        from capjudge.cli import _summary_table
-
-        con.print(_summary_table("run", rows))
-    for note in d["notes"]:
-        con.print(f"[yellow]note:[/yellow] {note}")
+def __getattr__(name: str) -> Any:
+    module = importlib.import_module(_NEW)
+    if name.startswith("__") or not hasattr(module, name):
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    if not _warned:
+        _warned.append(True)
+        warnings.warn(f"capjudge.arena.commands is deprecated: import {name} from {_NEW}", DeprecationWarning, stacklevel=2)
+    return getattr(module, name)

@@ -15,12 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from capjudge.errors import UsageError
 from capjudge.rowtext import FieldError, text_value
 
 KeyMode = Literal["id", "image"]
 
 
-class ArenaInputError(ValueError):
+class ArenaInputError(UsageError, ValueError):
     """The arena's input cannot be used; the message names the file, the line and the cause."""
 
 

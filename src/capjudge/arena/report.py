@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from capjudge.arena.commands import _f as _n
-from capjudge.arena.commands import _pct as _p
+from capjudge.arena.formats import number as _n
+from capjudge.arena.formats import percent as _p
 from capjudge.report.model import Page, Section, StatTable
 from capjudge.report.pages import thumb_cache
 from capjudge.report.records import load_results_file, results_section

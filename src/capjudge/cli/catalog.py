@@ -1,0 +1,118 @@
+"""``capjudge methods`` and ``capjudge judges``: the judging methods and the judge presets."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from capjudge.errors import EXIT_OK
+
+
+def register(sub: Any) -> None:
+    """Add ``methods`` and ``judges`` to an argparse subparsers object."""
+    p = sub.add_parser("methods", help="list the judging methods: source, decoding, parsing, options")
+    p.add_argument("--json", action="store_true", help="one JSON object per method")
+    p.set_defaults(func=cmd_methods)
+
+    p = sub.add_parser("judges", help="list the judge presets: chat format, system policy, image tokens, padding, dtype, backends")
+    p.add_argument("--json", action="store_true", help="one JSON object per preset")
+    p.set_defaults(func=cmd_judges)
+
+
+_PARSERS = {"rules": "capjudge rules", "first-integer": "first integer", "fleur-code": "FLEUR code digits"}
+
+
+def _method_rows() -> list[dict[str, Any]]:
+    from capjudge.prompts.registry import get_method, list_methods
+    from capjudge.prompts.sources import SOURCES
+
+    rows = []
+    for name in list_methods():
+        m = get_method(name)
+        src = SOURCES[m.source]
+        rows.append(
+            {
+                "method": name,
+                "kind": m.kind,
+                "scale": "verdict" if m.kind == "pairwise" else f"{m.scale[0]:g}-{m.scale[1]:g}",
+                "steps": 2 if m.two_step else 1,
+                "references": m.needs_references,
+                "smoothing": m.smoothing,
+                "parse": _PARSERS[m.parser],
+                "decoding": m.decoding(),
+                "options": {k: m.options[k] for k in sorted(m.options)},
+                "source": src.short,
+                "where": m.paper,
+                "source_title": src.title,
+                "source_url": src.url,
+                "description": m.description,
+            }
+        )
+    return rows
+
+
+def cmd_methods(args: argparse.Namespace) -> int:
+    """``capjudge methods``."""
+    import json
+
+    rows = _method_rows()
+    if args.json:
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+        return EXIT_OK
+    # Plain lines, never shortened: full names at any terminal width, also when piped.
+    width = max(len(r["method"]) for r in rows)
+    for r in rows:
+        what = [r["kind"], "verdict A, B or tie" if r["kind"] == "pairwise" else f"scale {r['scale']}"]
+        if r["steps"] == 2:
+            what.append("two steps")
+        if r["references"]:
+            what.append("needs references")
+        if r["smoothing"]:
+            what.append("smoothed")
+        print(f"{r['method']:<{width}}  {', '.join(what)}")
+        pad = " " * (width + 2)
+        print(f"{pad}source:   {r['source']}, {r['where']}")
+        print(f"{pad}decoding: {r['decoding']}; parse: {r['parse']}")
+        if r["options"]:
+            print(f"{pad}options:  {', '.join(f'{k}={v}' for k, v in r['options'].items())} (default)")
+    print()
+    print("Sources:")
+    seen: dict[str, str] = {}
+    for r in rows:
+        if r["source_url"]:
+            seen.setdefault(r["source"], f"{r['source_title']}, {r['source_url']}")
+    for short, cite in seen.items():
+        print(f"  {short}: {cite}")
+    print("Method options: --method-option KEY=VALUE; every method also takes temperature=T.")
+    return EXIT_OK
+
+
+# --------------------------------------------------------------------------------------- judges
+def cmd_judges(args: argparse.Namespace) -> int:
+    """``capjudge judges``."""
+    import json
+
+    from capjudge.backends.presets import METHOD_SYSTEM, list_presets
+
+    presets = list_presets()
+    if args.json:
+        for preset in presets:
+            print(json.dumps(preset.as_row(), ensure_ascii=False))
+        return EXIT_OK
+    # Plain lines, never shortened (as `capjudge methods`).
+    width = max(len(p.name) for p in presets)
+    for p in presets:
+        system = {METHOD_SYSTEM: "method's sentence", None: "model's default"}.get(p.default_system, repr(p.default_system))
+        print(f"{p.name:<{width}}  {p.family}")
+        pad = " " * (width + 2)
+        print(f"{pad}chosen for: {p.detected_by or 'model_type ' + ', '.join(p.model_types)}; backends: {', '.join(p.backends)}")
+        print(f"{pad}chat {p.chat_format}, system {p.system_policy} ({system}), images {p.image_tokens}, pad_square {str(p.pad_square).lower()}, GPU dtype {p.dtype}")
+        if p.notes:
+            print(f"{pad}{p.notes}")
+    print()
+    print("hf: models choose their preset from config.json (model_type) unless --judge names one; --backend-opt")
+    print("chat_format=, system_policy=, pad_square=, dtype= override single settings. llamacpp: models choose")
+    print("their prompt format from the GGUF headers; --judge sets it (prompt_format) and the system default.")
+    print("API servers apply the model's own chat template: presets do not apply to them.")
+    return EXIT_OK

@@ -1,0 +1,108 @@
+"""``capjudge compare``: A/B comparison of caption pairs (resumable; ``--batch``; ``--html``)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterator
+from typing import Any
+
+from capjudge.cli import batch
+from capjudge.cli.common import (
+    EXIT_CODES_HELP,
+    add_common,
+    add_resume,
+    backend_options,
+    console,
+    finish,
+    make_judge,
+    method_with_template,
+    preflight,
+    progress_of,
+    resume_note,
+    summary_table,
+    usage_rows,
+)
+from capjudge.cli.html import add_html_option
+from capjudge.cli.score import html_report
+from capjudge.cli_errors import UsageError
+
+
+def register(sub: Any) -> None:
+    """Add ``compare`` to an argparse subparsers object."""
+    p = sub.add_parser("compare", help="A/B comparison of caption pairs (dual-sided or by grading)", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(p, method_default="gpt4v-pairwise")
+    p.add_argument("--input", required=True, help="JSONL or CSV with image, caption_a, caption_b[, id]")
+    p.add_argument("--out", required=True, help="results JSONL")
+    p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: ask both orders and vote (the GPT-4V evaluator paper); grading: higher single score wins; auto: by method")
+    add_resume(p)
+    batch.add_batch_options(p)
+    add_html_option(p)
+    p.set_defaults(func=cmd_compare)
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    """``capjudge compare``."""
+    from capjudge.inputcheck import load_items
+    from capjudge.judges.pairwise import run_fields
+    from capjudge.outfile import pair_key
+    from capjudge.runner import kept_results, planning_pass, resume_plan, run_rows
+    from capjudge.summary import RunTally
+    from capjudge.types import PairResult
+
+    method = method_with_template(args.method, args.template, args.template_file)
+    mode = args.mode if args.mode != "auto" else None
+    if mode == "grading" and method.kind != "score":
+        raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
+    preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out, reports=[("--html", args.html)], out_kind="pair")
+    batch.check_batch_args(args)
+    rows = load_items(args.input, pairs=True)  # no rows, or an id twice: exit 2
+    if args.limit is not None:
+        rows = rows[: args.limit]
+    tally = RunTally(method=method.name)
+    t0 = time.perf_counter()
+    with make_judge(args, method) as judge:
+        run = run_fields(judge, mode)
+        plan = resume_plan(args.out, rows, pair_key, run, overwrite=args.overwrite, retry_errors=args.retry_errors)
+        session = batch.session_for(args, judge, run, backend_options(args))
+
+        def bad_row(row: Any) -> PairResult:
+            return PairResult(image="", caption_a="", caption_b="", verdict=None, method=run["method"], backend=judge.backend_spec, model=judge.backend.model, template_hash=run["template_hash"], mode=run["mode"], status="error", error=row.error, id=row.id or str(row.line))
+
+        def stream(pairs: list[Any]) -> Iterator[tuple[int, Any]]:
+            return judge.compare_stream(pairs, mode=mode)  # type: ignore[no-any-return]
+
+        with batch.batch_run(session, args, planning_pass(judge.backend, rows, plan, stream)) as outcome:
+            if outcome != "ready":
+                return batch.pending_exit(session, outcome)
+            for kept in kept_results(plan, PairResult):
+                tally.add(kept)
+            bar = progress_of(f"compare with {method.name}", args.quiet)
+            for _, res in run_rows(judge.backend, rows, plan, stream, out=args.out, bad_row=bad_row, progress=bar):
+                tally.add(res)
+        usage = usage_rows(judge)
+    if not args.quiet:
+        con = console(stderr=False)
+        con.print(
+            summary_table(
+                "capjudge compare",
+                [
+                    ("method", method.name),
+                    ("backend", judge.backend_spec),
+                    ("A better", str(tally.verdicts["A"])),
+                    ("B better", str(tally.verdicts["B"])),
+                    ("tie", str(tally.verdicts["tie"])),
+                    *tally.position_rows(),
+                    *tally.failure_rows(),
+                    ("cache hits", str(tally.cached)),
+                    ("kept from --out", str(len(plan.kept))),
+                    ("seconds", f"{time.perf_counter() - t0:.1f}"),
+                    ("results", str(args.out)),
+                    *usage,
+                    *(session.summary_rows() if session is not None else []),
+                ],
+            )
+        )
+        resume_note(con, plan)
+    html_report(args)
+    return finish(tally)

@@ -1,0 +1,131 @@
+"""``capjudge score``: score every caption of a file (resumable; ``--batch``; ``--ray``; ``--html``)."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from typing import Any
+
+from capjudge.cli import batch
+from capjudge.cli.common import (
+    EXIT_CODES_HELP,
+    add_common,
+    add_resume,
+    backend_options,
+    bad_row_result,
+    console,
+    finish,
+    judge_kwargs,
+    make_judge,
+    method_with_template,
+    preflight,
+    progress_of,
+    resume_note,
+    summary_table,
+    usage_rows,
+)
+from capjudge.cli.html import add_html_option
+from capjudge.cli_errors import UsageError
+
+
+def register(sub: Any) -> None:
+    """Add ``score`` to an argparse subparsers object."""
+    p = sub.add_parser("score", help="score every caption of a JSONL/CSV file", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_common(p)
+    p.add_argument("--input", required=True, help="JSONL or CSV with image, caption[, references, id]")
+    p.add_argument("--out", required=True, help="results JSONL (one record per input row)")
+    add_resume(p)
+    batch.add_batch_options(p)
+    add_html_option(p)
+    scale = p.add_argument_group("many judges at once through Ray (pip install 'capjudge[ray]'; docs/ray.md)")
+    scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS", help="judge on Ray actors, one judge (one model) each: a running cluster's ADDRESS (auto, HOST:6379, ray://HOST:10001), or none for $RAY_ADDRESS or a local instance")
+    scale.add_argument("--ray-actors", type=int, default=None, metavar="N", help="judges running at once (default: the cluster's GPUs / --ray-gpus-per-actor, else 1); an API backend's --concurrency applies to each")
+    scale.add_argument("--ray-gpus-per-actor", type=float, default=None, metavar="G", help="GPUs each actor holds (default 1 for hf: and llamacpp: on a cluster with GPUs, else 0)")
+    p.set_defaults(func=cmd_score)
+
+
+def cmd_score(args: argparse.Namespace) -> int:
+    """``capjudge score``."""
+    from capjudge.inputcheck import load_items
+    from capjudge.outfile import score_key
+    from capjudge.runner import kept_results, planning_pass, resume_plan, run_rows
+    from capjudge.summary import RunTally
+    from capjudge.types import ScoreResult
+
+    method = method_with_template(args.method, args.template, args.template_file)
+    if method.kind == "pairwise":
+        raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
+    preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)], out_kind="score")
+    batch.check_batch_args(args)
+    rows = load_items(args.input)  # no rows, or an id twice: exit 2
+    if args.limit is not None:
+        rows = rows[: args.limit]
+    _check_ray_args(args)
+    tally = RunTally(method=method.name, smoothing=bool(method.smoothing))
+    t0 = time.perf_counter()
+    with make_judge(args, method) as judge, _score_stream(args, judge, method) as stream:
+        # What every record of this run says about how it was made (as bad_row_result writes it).
+        fields = {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash}
+        plan = resume_plan(args.out, rows, score_key, fields, overwrite=args.overwrite, retry_errors=args.retry_errors)
+        session = batch.session_for(args, judge, fields, backend_options(args))
+        with batch.batch_run(session, args, planning_pass(judge.backend, rows, plan, judge.score_stream)) as outcome:
+            if outcome != "ready":
+                return batch.pending_exit(session, outcome)
+            for kept in kept_results(plan, ScoreResult):
+                tally.add(kept)
+            bar = progress_of(f"{method.name} on {judge.backend_spec}", args.quiet)
+            for _, res in run_rows(judge.backend, rows, plan, stream, out=args.out, bad_row=lambda row: bad_row_result(row, method, judge), progress=bar):
+                tally.add(res)
+        usage = usage_rows(judge)
+    if not args.quiet:
+        con = console(stderr=False)
+        rows_out = [
+            ("method", method.name),
+            ("backend", judge.backend_spec),
+            *tally.score_rows(),
+            ("kept from --out", str(len(plan.kept))),
+            ("seconds", f"{time.perf_counter() - t0:.1f}"),
+            ("results", str(args.out)),
+            *usage,
+            *(session.summary_rows() if session is not None else []),
+        ]
+        con.print(summary_table("capjudge score", rows_out))
+        if tally.failed:
+            con.print(f"[yellow]{tally.failed} sample(s) failed; their records have status \"error\" and say why.[/yellow]")
+        resume_note(con, plan)
+    html_report(args)
+    return finish(tally)
+
+
+def _check_ray_args(args: argparse.Namespace) -> None:
+    """``--ray`` options: checked before the backend is built (usage errors, exit 2)."""
+    if args.ray is None:
+        if args.ray_actors is not None or args.ray_gpus_per_actor is not None:
+            raise UsageError("--ray-actors and --ray-gpus-per-actor need --ray")
+        return
+    from capjudge.cli.ray import check_ray_args
+
+    check_ray_args(args)
+
+
+def _score_stream(args: argparse.Namespace, judge: Any, method: Any) -> Any:
+    """A context giving the function that judges a list of rows: ``judge.score_stream``, or with
+    ``--ray`` the same records made by judges on Ray actors (one Ray session for the command)."""
+    if args.ray is None:
+        from contextlib import nullcontext
+
+        return nullcontext(judge.score_stream)
+    from capjudge.cli.ray import ray_score_stream
+
+    return ray_score_stream(args, judge, method, judge_kwargs(args), console())
+
+
+def html_report(args: argparse.Namespace) -> None:
+    """``--html FILE``: the report of the results file the run just wrote (its whole --out, kept
+    records included), thumbnails from ``--images``."""
+    if not getattr(args, "html", None):
+        return
+    from capjudge.cli.html import command_line, emit
+    from capjudge.report.pages import results_page
+
+    emit(args.html, lambda: results_page([args.out], images=args.images, command=command_line(), allow_outside_images=bool(args.allow_outside_images)), quiet=args.quiet)

@@ -1,0 +1,133 @@
+"""The one resumable runner behind ``score``, ``compare``, ``arena`` and batch mode's planning pass.
+
+Rows are split by what ``--out`` already holds (:func:`capjudge.outfile.plan_resume`): kept (not
+asked again), retried (their error record is asked again bypassing cached answers), new, and bad
+(input rows that could not be read: their error record is made without the backend). The rows to
+ask are streamed through the caller's ``stream`` function; each record is written to the results
+file as it arrives (:class:`capjudge.outfile.ResultsFile`), and the file ends in input order
+whatever happens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from capjudge.io import BadRow
+from capjudge.outfile import ResultsFile, ResumePlan, plan_resume
+
+Stream = Callable[[list[Any]], Iterator[tuple[int, Any]]]
+"""Judges a list of rows: yields ``(index in the list, record)`` as answers arrive."""
+
+Progress = Callable[[Iterator[tuple[int, Any]], int, int], Iterable[tuple[int, Any]]]
+"""``progress(items, total, done)`` may wrap the stream of new records (a progress bar)."""
+
+
+@dataclass
+class Todo:
+    """The input positions a run asks: ``retry`` (bypassing the cache), ``fresh``, and ``bad``
+    (unreadable rows, whose error record needs no backend)."""
+
+    retry: list[int]
+    fresh: list[int]
+    bad: list[int]
+
+
+def resume_plan(
+    out: str | Path,
+    rows: Sequence[Any],
+    key: Callable[[dict[str, Any]], Any],
+    run: dict[str, Any],
+    *,
+    overwrite: bool = False,
+    retry_errors: bool = False,
+    unmatched: Literal["refuse", "keep"] = "refuse",
+) -> ResumePlan:
+    """What is kept from ``out`` (nothing with ``overwrite``). Raises
+    :class:`~capjudge.outfile.ResumeConflict` when ``out`` was written by another run."""
+    if overwrite:
+        return ResumePlan()
+    return plan_resume(out, [None if isinstance(r, BadRow) else r for r in rows], key, run, retry_errors=retry_errors, unmatched=unmatched)
+
+
+def split_rows(rows: Sequence[Any], plan: ResumePlan) -> Todo:
+    """The positions of ``rows`` that ``plan`` does not keep, split into retry, fresh and bad."""
+    todo = [pos for pos in range(len(rows)) if pos not in plan.kept]
+    retry = [pos for pos in todo if pos in plan.retry and not isinstance(rows[pos], BadRow)]
+    fresh = [pos for pos in todo if pos not in plan.retry and not isinstance(rows[pos], BadRow)]
+    bad = [pos for pos in todo if isinstance(rows[pos], BadRow)]
+    return Todo(retry, fresh, bad)
+
+
+def ask(backend: Any, rows: Sequence[Any], todo: Todo, stream: Stream, bad_row: Callable[[Any], Any] | None = None) -> Iterator[tuple[int, Any]]:
+    """``(input position, record)`` of every row of ``todo``: bad rows first (``bad_row(row)``),
+    then the retried rows with ``backend``'s cache bypassed, then the new rows."""
+    from capjudge.backends.cache import bypass_cache
+
+    if bad_row is not None:
+        for pos in todo.bad:
+            yield pos, bad_row(rows[pos])
+    if todo.retry:
+        with bypass_cache(backend):
+            for k, res in stream([rows[pos] for pos in todo.retry]):
+                yield todo.retry[k], res
+    for k, res in stream([rows[pos] for pos in todo.fresh]):
+        yield todo.fresh[k], res
+
+
+def run_rows(
+    backend: Any,
+    rows: Sequence[Any],
+    plan: ResumePlan,
+    stream: Stream,
+    *,
+    out: str | Path | None,
+    bad_row: Callable[[Any], Any] | None = None,
+    progress: Progress | None = None,
+    extra: Sequence[dict[str, Any]] = (),
+) -> Iterator[tuple[int, Any]]:
+    """Judge the rows ``plan`` does not keep and write each record to ``out`` as it completes
+    (none written without ``out``); yields ``(input position, record)`` for every new record.
+    ``extra`` records (of ``out``, outside this run's rows) are kept after the rows. The file
+    ends in input order whatever happens."""
+    todo = split_rows(rows, plan)
+    items: Iterable[tuple[int, Any]] = ask(backend, rows, todo, stream, bad_row)
+    if progress is not None:
+        # The bar counts answers as they arrive (records kept from out are already done).
+        items = progress(ask(backend, rows, todo, stream, bad_row), len(rows), len(plan.kept))
+    kept = [*((pos + 1, rec) for pos, rec in plan.kept.items()), *((len(rows) + k + 1, rec) for k, rec in enumerate(extra))]
+    sink = ResultsFile(out, kept) if out is not None else None
+    try:
+        for pos, res in items:
+            if sink is not None:
+                sink.write(pos + 1, res)
+            yield pos, res
+    finally:
+        if sink is not None:
+            sink.close()
+
+
+def planning_pass(backend: Any, rows: Sequence[Any], plan: ResumePlan, stream: Stream) -> Callable[[], None]:
+    """The pass a batch session runs with its planning backend in place: the rows the final pass
+    will judge (as :func:`run_rows` selects them, bad rows aside), their records discarded."""
+    todo = split_rows(rows, plan)
+    todo = Todo(todo.retry, todo.fresh, [])
+
+    def run() -> None:
+        for _ in ask(backend, rows, todo, stream):
+            pass
+
+    return run
+
+
+def kept_results(plan: ResumePlan, kind: Any) -> Iterator[Any]:
+    """The records kept from ``out`` as results of ``kind`` (``ScoreResult``, ``PairResult``), for
+    the summary (their cache flags are the old run's, so they are dropped: cache hits count this
+    run's answers)."""
+    for rec in plan.kept.values():
+        res = kind.from_dict(rec)
+        res.details.pop("cached", None)
+        res.details.pop("row", None)
+        yield res
