@@ -19,6 +19,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from capjudge.io import read_jsonl
+
 KINDS: dict[str, str] = {
     "score": "a capjudge results file of scores (capjudge score, explain, probe)",
     "pair": "a capjudge results file of pair verdicts (capjudge compare, arena)",
@@ -172,28 +174,21 @@ def _results_refusal(p: Path, kind: str) -> str | None:
     records = 0
     # A line that is not a record may only be the last one, cut short by a kill (no newline).
     pending: str | None = None
-    with p.open("rb") as fh:
-        for number, raw in enumerate(fh, start=1):
-            text = raw.strip()
-            if not text:
-                continue
-            if pending is not None:
+    for line in read_jsonl(p):
+        if pending is not None:
+            return pending
+        record = line.value if line.error is None else None
+        if not isinstance(record, dict):
+            pending = f"line {line.number} is not a JSON record"
+            if line.complete:
                 return pending
-            try:
-                record = json.loads(text.decode("utf-8"))
-            except (UnicodeDecodeError, ValueError):
-                record = None
-            if not isinstance(record, dict):
-                pending = f"line {number} is not a JSON record"
-                if raw.endswith(b"\n"):
-                    return pending
-                continue
-            if all(f in record for f in _RECORD_FIELDS[other]) and not all(f in record for f in fields):
-                return f"line {number} is a {other} record, not a {kind} record"
-            missing = [f for f in fields if f not in record]
-            if missing:
-                return f"line {number} has no field(s) {', '.join(missing)}"
-            records += 1
+            continue
+        if all(f in record for f in _RECORD_FIELDS[other]) and not all(f in record for f in fields):
+            return f"line {line.number} is a {other} record, not a {kind} record"
+        missing = [f for f in fields if f not in record]
+        if missing:
+            return f"line {line.number} has no field(s) {', '.join(missing)}"
+        records += 1
     if pending is not None and not records:
         return pending
     return None

@@ -81,7 +81,6 @@ def json_safe(value: Any) -> Any:
     return value
 
 
-_clean = json_safe  # the old private name, until arena/ranking.py imports json_safe
 
 
 @dataclass

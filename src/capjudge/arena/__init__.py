@@ -9,7 +9,8 @@ Modules, one job each: :mod:`~capjudge.arena.load` (the models' captions, matche
 :mod:`~capjudge.arena.battles` (which battles, who is shown first, judging them with resume),
 :mod:`~capjudge.arena.ranking` (win rate, Bradley-Terry, Elo, bootstrap CIs, length check),
 :mod:`~capjudge.arena.run` (:func:`run_arena`), :mod:`~capjudge.arena.report` (the HTML page),
-:mod:`~capjudge.arena.commands` (the subcommand). Nothing heavy is imported until used.
+:mod:`~capjudge.arena.formats` (how its numbers are shown); the subcommand is
+:mod:`capjudge.cli.arena`. Nothing heavy is imported until used.
 """
 
 from __future__ import annotations

@@ -411,9 +411,9 @@ class Leaderboard:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe (NaN -> null)."""
-        from capjudge.types import _clean
+        from capjudge.types import json_safe
 
-        return _clean(
+        return json_safe(
             {
                 "leaderboard": self.entries,
                 "battles": dict(self.battles),

@@ -361,15 +361,3 @@ class CachedBackend(DelegatingBackend):
 
     def __repr__(self) -> str:
         return f"CachedBackend({self.inner!r}, {str(self.cache.directory)!r})"
-
-
-def __getattr__(name: str) -> Any:
-    # Deprecated: ``register_cli`` moved to capjudge.cli.cache.register (kept for one release; the
-    # command line is imported lazily, when the name is read).
-    if name != "register_cli":
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    import importlib
-    import warnings
-
-    warnings.warn("capjudge.backends.cache.register_cli is deprecated: use capjudge.cli.cache.register", DeprecationWarning, stacklevel=2)
-    return importlib.import_module("capjudge.cli.cache").register

@@ -93,10 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 def run(args: argparse.Namespace) -> int:
     """Run the command of parsed ``args``: its exit code, or the one of the error that stopped it
     (printed as ``capjudge: LABEL: message``, scrubbed of secrets)."""
-    from capjudge.backends.registry import UnknownBackendError
     from capjudge.errors import CapjudgeError
-    from capjudge.io import InputFormatError
-    from capjudge.prompts.registry import TemplateError, UnknownMethodError
 
     try:
         with contextlib.ExitStack() as held:  # what a command holds until it returns: the lock on --out
@@ -105,8 +102,7 @@ def run(args: argparse.Namespace) -> int:
     except CapjudgeError as exc:
         _error(exc.label, exc)
         return exc.exit_code
-    # The classes not yet on capjudge.errors (re-based in parallel; removed once they are): usage errors.
-    except (UnknownMethodError, UnknownBackendError, InputFormatError, TemplateError, FileNotFoundError) as exc:
+    except FileNotFoundError as exc:  # a file named on the command line: a usage error
         _error("error", exc)
         return EXIT_USAGE
     except KeyboardInterrupt:

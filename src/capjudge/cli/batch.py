@@ -23,7 +23,6 @@ from capjudge.errors import EXIT_OK, EXIT_PENDING
 
 EXIT_SUBMITTED = EXIT_PENDING
 """Batches were submitted, or are still in progress (``capjudge.errors.EXIT_PENDING``)."""
-BATCH_KINDS = ("openai", "azure", "openai-compatible")
 
 
 def add_batch_options(p: argparse.ArgumentParser) -> None:
@@ -55,8 +54,9 @@ def check_batch_args(args: argparse.Namespace) -> None:
         return
     if getattr(args, "ray", None) is not None:
         raise UsageError("--batch, --batch-export and --batch-import run in one process: use them without --ray")
-    kind = args.backend.split(":", 1)[0].lower()
-    if kind not in BATCH_KINDS:
+    from capjudge.backends import kinds
+
+    if not kinds.of_spec(args.backend).batch:
         from capjudge.backends.credentials import mask_argv
 
         raise UsageError(f"batch mode needs an openai:, azure: or openai-compatible: backend, not {mask_argv([args.backend])[0]!r}")

@@ -19,10 +19,8 @@ def register(sub: Any) -> None:
     p.set_defaults(func=cmd_judges)
 
 
-_PARSERS = {"rules": "capjudge rules", "first-integer": "first integer", "fleur-code": "FLEUR code digits"}
-
-
 def _method_rows() -> list[dict[str, Any]]:
+    from capjudge.judges.answers import PARSERS
     from capjudge.prompts.registry import get_method, list_methods
     from capjudge.prompts.sources import SOURCES
 
@@ -38,7 +36,7 @@ def _method_rows() -> list[dict[str, Any]]:
                 "steps": 2 if m.two_step else 1,
                 "references": m.needs_references,
                 "smoothing": m.smoothing,
-                "parse": _PARSERS[m.parser],
+                "parse": PARSERS[m.parser].label,
                 "decoding": m.decoding(),
                 "options": {k: m.options[k] for k in sorted(m.options)},
                 "source": src.short,

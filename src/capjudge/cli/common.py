@@ -127,9 +127,9 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     api_flags = {k: getattr(args, k, None) for k in ("concurrency", "max_cost", "prices", "detail")}
     api_flags = {k: v for k, v in api_flags.items() if v is not None}
     if api_flags:
-        from capjudge.judges.judge import API_KINDS
+        from capjudge.backends import kinds
 
-        if args.backend.split(":", 1)[0].lower() not in API_KINDS:
+        if not kinds.of_spec(args.backend).api:
             raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in api_flags)} apply to API backends only")
         options.update(api_flags)
     return options
