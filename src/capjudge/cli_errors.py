@@ -1,7 +1,7 @@
-"""Where :class:`UsageError` was defined before :mod:`capjudge.errors` (kept for old imports)."""
+"""Where :class:`UsageError` lived before :mod:`capjudge.errors` (the old path works for one release)."""
 
 from __future__ import annotations
 
-from capjudge.errors import UsageError
+from capjudge.lazyexport import moved_names
 
-__all__ = ["UsageError"]
+__getattr__ = moved_names(__name__, {"UsageError": "capjudge.errors"})

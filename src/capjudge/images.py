@@ -269,6 +269,10 @@ def _fetch_into(url: str, limits: ImageLimits, deadline: float, stop: threading.
         box["body"] = bytes(body)
     except ImageError as exc:
         box["error"] = exc
+    except httpx.TimeoutException:
+        # Each wait is bounded by the whole download's time too: a wait that ran out means the
+        # download did not complete in time (whichever of this thread and the caller sees it first).
+        box["error"] = ImageError(f"image {url!r} could not be downloaded: not complete within {limits.download_timeout:g} s (--image-timeout)")
     except httpx.HTTPError as exc:
         box["error"] = ImageError(f"image {url!r} could not be downloaded: {stable(str(exc))}")
     except Exception as exc:  # noqa: BLE001 - reported to the caller as the image's error

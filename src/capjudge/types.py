@@ -83,8 +83,23 @@ def json_safe(value: Any) -> Any:
 
 
 
+class _Record:
+    """What both kinds of results-file record do: ``ok`` and the JSON form."""
+
+    status: Status
+
+    @property
+    def ok(self) -> bool:
+        """True when the record holds a result (a score, a verdict): ``status == "ok"``."""
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-safe dict (the results-file record): secrets masked, error texts stable."""
+        return scrub_record(json_safe(dataclasses.asdict(self)))  # type: ignore[call-overload]  # subclasses are dataclasses
+
+
 @dataclass
-class ScoreResult:
+class ScoreResult(_Record):
     """The outcome of scoring one sample.
 
     ``score`` is on the method's scale (0-100 for VisCE2-style prompts, 0-1 for FLEUR); ``None``
@@ -111,15 +126,6 @@ class ScoreResult:
     explanation: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
 
-    @property
-    def ok(self) -> bool:
-        """True when the sample was scored."""
-        return self.status == "ok"
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict (the results-file record): secrets masked, error texts stable."""
-        return scrub_record(json_safe(dataclasses.asdict(self)))
-
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ScoreResult:
         """Rebuild a result from a results-file record (unknown keys go to ``details``)."""
@@ -129,7 +135,7 @@ class ScoreResult:
 
 
 @dataclass
-class PairResult:
+class PairResult(_Record):
     """The outcome of comparing two captions of one image.
 
     ``verdict`` is ``"A"`` (``caption_a`` better), ``"B"`` or ``"tie"``; ``votes`` holds the verdict of
@@ -153,15 +159,6 @@ class PairResult:
     error: str | None = None
     id: str | None = None
     details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def ok(self) -> bool:
-        """True when a verdict was reached."""
-        return self.status == "ok"
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-safe dict (the results-file record): secrets masked, error texts stable."""
-        return scrub_record(json_safe(dataclasses.asdict(self)))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> PairResult:

@@ -13,18 +13,20 @@ from typing import Any
 
 from capjudge.cli.html import add_html_option
 
+# The `capjudge agree` parser's help texts.
+AGREE_PARSER: dict[str, Any] = dict(
+    help="agreement between two or more judges' results on the same samples (no human labels needed)",
+    description=(
+        "Compare judges' results files sample by sample: Kendall tau-b, Spearman, Pearson (x100) with bootstrap "
+        "CIs, mean difference, calibration, same-image pair order and the largest disagreements for scores; Cohen's "
+        "(Fleiss') kappa, agreement and position bias for pairwise verdicts."
+    ),
+)
+
 
 def register(subparsers: Any) -> None:
     """Add ``agree`` to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "agree",
-        help="agreement between two or more judges' results on the same samples (no human labels needed)",
-        description=(
-            "Compare judges' results files sample by sample: Kendall tau-b, Spearman, Pearson (x100) with bootstrap "
-            "CIs, mean difference, calibration, same-image pair order and the largest disagreements for scores; Cohen's "
-            "(Fleiss') kappa, agreement and position bias for pairwise verdicts."
-        ),
-    )
+    p = subparsers.add_parser("agree", **AGREE_PARSER)
     p.add_argument("results", nargs="+", metavar="RESULTS.jsonl", help="two or more results files of capjudge score (or all of capjudge compare)")
     p.add_argument("--names", nargs="+", metavar="NAME", help="judge names, one per file (default: the file names)")
     p.add_argument("--format", choices=("table", "json"), default="table", help="table (default) or one JSON object on the last line")
@@ -59,7 +61,7 @@ def cmd_agree(args: argparse.Namespace) -> int:
         render(report, Console(highlight=False))
     if args.html:
         from capjudge.cli.html import command_line, emit
-        from capjudge.report.pages import agree_page
+        from capjudge.metaeval.agree_page import agree_page
 
         emit(args.html, lambda: agree_page(report, args.results, images=args.html_images, command=command_line()))
     return 0 if report.ok else 1

@@ -28,26 +28,30 @@ from capjudge.cli.common import (
     usage_rows,
 )
 from capjudge.cli.html import add_html_option
-from capjudge.cli_errors import UsageError
+from capjudge.errors import UsageError
 
 FORMATS = ("table", "json")
+
+
+
+# The `capjudge arena` parser's help texts.
+ARENA_PARSER: dict[str, Any] = dict(
+    help="rank captioning models by pairwise battles judged by a VLM (Bradley-Terry, Elo, bootstrap CIs)",
+    description=(
+        "Battles between captioning models on the same images, each judged in both orders (or by single grading), "
+        "then a leaderboard: win rate, Bradley-Terry strength with 95% bootstrap CIs over images, Elo, the share of "
+        "battles whose two orders disagreed, and a caption-length check. Battles are written to --out as they "
+        "complete; a re-run, or a run with one more model, asks only the battles not there yet. See docs/arena.md."
+    ),
+    epilog=EXIT_CODES_HELP,
+    formatter_class=argparse.RawDescriptionHelpFormatter,
+)
 
 
 def register(subparsers: Any) -> None:
     """Add ``arena`` to an argparse subparsers object."""
 
-    p = subparsers.add_parser(
-        "arena",
-        help="rank captioning models by pairwise battles judged by a VLM (Bradley-Terry, Elo, bootstrap CIs)",
-        description=(
-            "Battles between captioning models on the same images, each judged in both orders (or by single grading), "
-            "then a leaderboard: win rate, Bradley-Terry strength with 95% bootstrap CIs over images, Elo, the share of "
-            "battles whose two orders disagreed, and a caption-length check. Battles are written to --out as they "
-            "complete; a re-run, or a run with one more model, asks only the battles not there yet. See docs/arena.md."
-        ),
-        epilog=EXIT_CODES_HELP,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+    p = subparsers.add_parser("arena", **ARENA_PARSER)
     add_common(p, method_default="gpt4v-pairwise")
     src = p.add_argument_group("captions (one of)")
     src.add_argument("--models", nargs="+", metavar="NAME=PATH", help="one captions file per model (JSONL/CSV: image, caption[, id])")

@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.backends.openai.batch_control import SUBMITTED_MESSAGE as SUBMITTED_MESSAGE
-from capjudge.cli_errors import UsageError
-from capjudge.errors import EXIT_OK, EXIT_PENDING
+from capjudge.errors import EXIT_OK, EXIT_PENDING, UsageError
 
 EXIT_SUBMITTED = EXIT_PENDING
 """Batches were submitted, or are still in progress (``capjudge.errors.EXIT_PENDING``)."""

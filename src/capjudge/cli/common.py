@@ -12,8 +12,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
-from capjudge.cli_errors import UsageError
-from capjudge.errors import EXIT_BACKEND, EXIT_OK
+from capjudge.errors import EXIT_BACKEND, EXIT_OK, UsageError
 
 T = TypeVar("T")
 

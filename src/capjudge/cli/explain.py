@@ -14,7 +14,7 @@ from capjudge.cli.common import (
     method_with_template,
     preflight,
 )
-from capjudge.cli_errors import UsageError
+from capjudge.errors import UsageError
 
 
 def register(sub: Any) -> None:

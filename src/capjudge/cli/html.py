@@ -57,18 +57,22 @@ def emit(path: str | None, build: Callable[[], Any], *, quiet: bool = False) -> 
         print(f"HTML report written to {path}", file=sys.stderr)
 
 
+
+# The `capjudge html` parser's help texts.
+HTML_PARSER: dict[str, Any] = dict(
+    help="a self-contained HTML report of results files (sortable table, thumbnails, plots)",
+    description=(
+        "Build one HTML file from results files of capjudge score, compare or probe --out: a summary per file "
+        "(method, backend, counts, mean score, smoothed vs raw), a score histogram and a sortable, filterable "
+        "table of every sample with its image, caption(s), score or verdict, raw answer, explanation and error. "
+        "The file loads nothing from the network: thumbnails and plots are embedded."
+    ),
+)
+
+
 def register(subparsers: Any) -> None:
     """Add ``html`` to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "html",
-        help="a self-contained HTML report of results files (sortable table, thumbnails, plots)",
-        description=(
-            "Build one HTML file from results files of capjudge score, compare or probe --out: a summary per file "
-            "(method, backend, counts, mean score, smoothed vs raw), a score histogram and a sortable, filterable "
-            "table of every sample with its image, caption(s), score or verdict, raw answer, explanation and error. "
-            "The file loads nothing from the network: thumbnails and plots are embedded."
-        ),
-    )
+    p = subparsers.add_parser("html", **HTML_PARSER)
     p.add_argument("results", nargs="+", metavar="RESULTS.jsonl", help="one or more results files")
     p.add_argument("-o", "--out", required=True, metavar="REPORT.html", help="the HTML file to write")
     p.add_argument("--images", default=None, metavar="DIR", help="folder relative image paths are resolved against (default: beside each results file, then the current folder); only images inside it (or, without it, inside the folders searched) are embedded")
@@ -83,7 +87,7 @@ def register(subparsers: Any) -> None:
 
 def cmd_html(args: argparse.Namespace) -> int:
     """``capjudge html``: 0 written, 2 bad input (a missing or unusable results file, a bad option)."""
-    from capjudge.cli_errors import UsageError
+    from capjudge.errors import UsageError
 
     if args.max_rows < 0 or args.thumb_size < 0:
         raise UsageError("--max-rows and --thumb-size must be 0 or more")
@@ -91,6 +95,7 @@ def cmd_html(args: argparse.Namespace) -> int:
         raise UsageError(f"--images {args.images!r} is not a folder")
     check_html(args.out, args.results)
     from capjudge.metaeval.agree_load import AgreeInputError
+    from capjudge.metaeval.agree_page import agree_lead
     from capjudge.report.html import write_html
     from capjudge.report.pages import results_page
 
@@ -102,7 +107,7 @@ def cmd_html(args: argparse.Namespace) -> int:
             title=args.title,
             max_rows=args.max_rows,
             thumb_px=args.thumb_size,
-            with_agree=args.agree,
+            lead=agree_lead(args.results, args.names) if args.agree else None,
             command=command_line(),
             allow_outside_images=args.allow_outside_images,
             confine_searched=True,

@@ -38,24 +38,38 @@ def _add_eval_options(p: argparse.ArgumentParser, *, bootstrap_default: int = 0)
     p.add_argument("--quiet", action="store_true", help="no progress bars on stderr")
 
 
+
+# The `capjudge meta-eval` parser's help texts.
+META_EVAL_PARSER: dict[str, Any] = dict(
+    help="agreement of a judge's results with human judgments (the papers' protocols)",
+    description="Join RESULTS.jsonl to a human-judgment set by image file name and caption and print the published measures.",
+)
+
+
+# The `capjudge run-benchmark` parser's help texts.
+RUN_BENCHMARK_PARSER: dict[str, Any] = dict(
+    help="judge a whole benchmark from a local image folder, then meta-evaluate",
+    description="Score every caption of a benchmark (resumable through the cache) and meta-evaluate the results.",
+)
+
+
+# The `capjudge report` parser's help texts.
+REPORT_PARSER: dict[str, Any] = dict(
+    help="several results files on one benchmark in one table with bootstrap CIs",
+    description="Compare judges (e.g. LLaVA-13B FLEUR vs GPT-4o FLEUR vs VisCE2) on one benchmark.",
+)
+
+
 def register(subparsers: Any) -> None:
     """Add ``meta-eval``, ``run-benchmark`` and ``report`` to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "meta-eval",
-        help="agreement of a judge's results with human judgments (the papers' protocols)",
-        description="Join RESULTS.jsonl to a human-judgment set by image file name and caption and print the published measures.",
-    )
+    p = subparsers.add_parser("meta-eval", **META_EVAL_PARSER)
     _add_eval_options(p)
     p.add_argument("--scores", required=True, metavar="RESULTS.jsonl", help="results file of capjudge score/compare")
     p.add_argument("--plot", metavar="OUT.png", help="write the row-normalised heatmap of human rating vs judge score")
     add_html_option(p, images=True)
     p.set_defaults(func=cmd_meta_eval)
 
-    p = subparsers.add_parser(
-        "run-benchmark",
-        help="judge a whole benchmark from a local image folder, then meta-evaluate",
-        description="Score every caption of a benchmark (resumable through the cache) and meta-evaluate the results.",
-    )
+    p = subparsers.add_parser("run-benchmark", **RUN_BENCHMARK_PARSER)
     _add_eval_options(p)
     p.add_argument("--images", required=True, metavar="DIR", help="local folder holding the benchmark's images")
     p.add_argument("--allow-outside-images", action="store_true", help="also read annotation image paths that leave --images (../, absolute paths, symlinks pointing outside); without it such a row is an error record")
@@ -70,11 +84,7 @@ def register(subparsers: Any) -> None:
     add_html_option(p)
     p.set_defaults(func=cmd_run_benchmark)
 
-    p = subparsers.add_parser(
-        "report",
-        help="several results files on one benchmark in one table with bootstrap CIs",
-        description="Compare judges (e.g. LLaVA-13B FLEUR vs GPT-4o FLEUR vs VisCE2) on one benchmark.",
-    )
+    p = subparsers.add_parser("report", **REPORT_PARSER)
     _add_eval_options(p, bootstrap_default=1000)
     p.add_argument("--scores", required=True, nargs="+", metavar="RESULTS.jsonl", help="one or more results files")
     p.add_argument("--names", nargs="+", metavar="NAME", help="row names, one per results file (default: method @ backend)")
@@ -149,7 +159,7 @@ def _html(args: argparse.Namespace, evals: Sequence[MetaEval], names: Sequence[s
     if not getattr(args, "html", None):
         return
     from capjudge.cli.html import command_line, emit
-    from capjudge.report.pages import metaeval_page
+    from capjudge.metaeval.pages import metaeval_page
 
     images = getattr(args, "html_images", None) or getattr(args, "images", None)
     emit(args.html, lambda: metaeval_page(evals, names=names, images=images, command=command_line()), quiet=getattr(args, "quiet", False))

@@ -17,26 +17,29 @@ import sys
 from typing import Any
 
 from capjudge.cli.common import add_image_options, image_options, parse_options
-from capjudge.cli_errors import UsageError
-from capjudge.errors import EXIT_DIFFER
+from capjudge.errors import EXIT_DIFFER, UsageError
 
 EXIT_OUTSIDE_TOLERANCE = EXIT_DIFFER  # 4 is --batch "submitted, still running"
 
 
+
+# The `capjudge parity` parser's help texts.
+PARITY_PARSER: dict[str, Any] = dict(
+    help="judge the same samples on two backends and compare: score differences, rank agreement, verdict flips, first differing prompt token",
+    description=(
+        "Runs one method on two backends (e.g. hf:DIR and openai-compatible:http://127.0.0.1:8000/v1#NAME, or hf:DIR "
+        "and llamacpp:M.gguf?mmproj=P.gguf) with the same system turn, and reports the largest and mean absolute score "
+        "difference, Kendall tau-b and Spearman between the two score lists, verdict flips on --pairs, and where both "
+        "backends can show their prompt tokens (HF, vLLM's /tokenize) the first token where the prompts part. "
+        "See docs/backends.md, 'Backend parity'."
+    ),
+    epilog="exit codes: 0 compared (within --tolerance if given), 1 a backend could not start, 2 usage error, 5 outside --tolerance, 130 interrupted",
+)
+
+
 def register(subparsers: Any) -> None:
     """Add ``parity`` to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "parity",
-        help="judge the same samples on two backends and compare: score differences, rank agreement, verdict flips, first differing prompt token",
-        description=(
-            "Runs one method on two backends (e.g. hf:DIR and openai-compatible:http://127.0.0.1:8000/v1#NAME, or hf:DIR "
-            "and llamacpp:M.gguf?mmproj=P.gguf) with the same system turn, and reports the largest and mean absolute score "
-            "difference, Kendall tau-b and Spearman between the two score lists, verdict flips on --pairs, and where both "
-            "backends can show their prompt tokens (HF, vLLM's /tokenize) the first token where the prompts part. "
-            "See docs/backends.md, 'Backend parity'."
-        ),
-        epilog="exit codes: 0 compared (within --tolerance if given), 1 a backend could not start, 2 usage error, 5 outside --tolerance, 130 interrupted",
-    )
+    p = subparsers.add_parser("parity", **PARITY_PARSER)
     p.add_argument("--a", required=True, metavar="SPEC", help="first backend (the reference), e.g. hf:llava-hf/llava-1.5-7b-hf")
     p.add_argument("--b", required=True, metavar="SPEC", help="second backend, e.g. openai-compatible:http://127.0.0.1:8000/v1#llava")
     p.add_argument("--a-opt", action="append", metavar="KEY=VALUE", help="option of backend a, repeatable (dtype=float32, pad_square=false, ...)")

@@ -19,8 +19,7 @@ from capjudge.cli.common import (
     preflight,
 )
 from capjudge.cli.html import add_html_option
-from capjudge.cli_errors import UsageError
-from capjudge.errors import EXIT_OK
+from capjudge.errors import EXIT_OK, UsageError
 
 # Only light modules at the top (perturbations is the standard library only): building the parser
 # (`capjudge --help`) must not import the judge, numpy or matplotlib; the handlers import them.
@@ -35,16 +34,30 @@ if TYPE_CHECKING:
     from capjudge.probes.choose_one import ChoiceGroup
 
 
+
+# The `capjudge probe` parser's help texts.
+PROBE_PARSER: dict[str, Any] = dict(
+    help="robustness probe: repetition, incoherence, hard negatives, injected instructions",
+    description=(
+        "Judge every caption and its perturbations and report, per perturbation kind, how often the judge "
+        f"prefers the original. Kinds: {', '.join(KINDS)} (or the families fluency, hard-negative, injection)."
+    ),
+)
+
+
+# The `capjudge choose-one` parser's help texts.
+CHOOSE_ONE_PARSER: dict[str, Any] = dict(
+    help="choose-one-of-N (the Cobra-effect paper Flaws Caption): is a true caption ranked first among flawed ones?",
+    description=(
+        "Per image, rank its true captions among flawed ones and report how often a true caption comes first. "
+        "--method listwise asks one prompt per image (the Cobra-effect paper, Fig. 4); a scoring method scores each caption alone."
+    ),
+)
+
+
 def register(subparsers: Any) -> None:
     """Add ``probe`` and ``choose-one`` to an argparse subparsers object."""
-    p = subparsers.add_parser(
-        "probe",
-        help="robustness probe: repetition, incoherence, hard negatives, injected instructions",
-        description=(
-            "Judge every caption and its perturbations and report, per perturbation kind, how often the judge "
-            f"prefers the original. Kinds: {', '.join(KINDS)} (or the families fluency, hard-negative, injection)."
-        ),
-    )
+    p = subparsers.add_parser("probe", **PROBE_PARSER)
     add_common(p)
     p.add_argument("--captions", required=True, metavar="FILE", help="JSONL or CSV with image, caption[, references, id]: the original (correct) captions")
     p.add_argument("--kinds", default="all", help="comma-separated perturbation kinds or families (default: all)")
@@ -60,14 +73,7 @@ def register(subparsers: Any) -> None:
     add_html_option(p)
     p.set_defaults(func=cmd_probe)
 
-    p = subparsers.add_parser(
-        "choose-one",
-        help="choose-one-of-N (the Cobra-effect paper Flaws Caption): is a true caption ranked first among flawed ones?",
-        description=(
-            "Per image, rank its true captions among flawed ones and report how often a true caption comes first. "
-            "--method listwise asks one prompt per image (the Cobra-effect paper, Fig. 4); a scoring method scores each caption alone."
-        ),
-    )
+    p = subparsers.add_parser("choose-one", **CHOOSE_ONE_PARSER)
     add_common(p, method_default="listwise")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--input", metavar="GROUPS.jsonl", help="JSONL/CSV rows: image, true (list), flawed (list)[, id]")
@@ -162,7 +168,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
             probe_plot(second, _second_plot(args.plot, second.method))
     if args.html:
         from capjudge.cli.html import command_line, emit
-        from capjudge.report.pages import probe_page
+        from capjudge.probes.page import probe_page
 
         reports = [report] if second is None else [report, second]
         emit(args.html, lambda: probe_page(reports, comparison=cmp, images=args.images, command=command_line()), quiet=args.quiet)

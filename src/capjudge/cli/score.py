@@ -25,7 +25,7 @@ from capjudge.cli.common import (
     usage_rows,
 )
 from capjudge.cli.html import add_html_option
-from capjudge.cli_errors import UsageError
+from capjudge.errors import UsageError
 
 
 def register(sub: Any) -> None:
