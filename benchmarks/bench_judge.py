@@ -254,7 +254,7 @@ def reference_generic(backend: Any, judge: Any, image: Path, captions: Sequence[
     net = backend.net
     outs = []
     for i, caption in enumerate(captions):
-        inputs = backend.encode([judge._score_request(judge._prepare(i, Sample(image, caption)))])
+        inputs = backend.encode([judge.requests.score_request(judge.prepare_sample(i, Sample(image, caption)))])
         outs.append(_greedy_new_ids(net, inputs, max_new_tokens, backend.tokenizer.pad_token_id))
     return outs
 
@@ -268,8 +268,8 @@ class Floor:
 
         self.backend = backend
         self.adapter = backend._prefix.adapter
-        preps = [judge._prepare(i, Sample(image, c)) for i, c in enumerate(captions)]
-        reqs = [judge._score_request(p) for p in preps]
+        preps = [judge.prepare_sample(i, Sample(image, c)) for i, c in enumerate(captions)]
+        reqs = [judge.requests.score_request(p) for p in preps]
         seqs, self.encoding = backend._prefix._tokenize_group(reqs)
         n = min(len(s) for s in seqs)
         p = 0

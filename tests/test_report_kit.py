@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from capjudge.metaeval.agree_page import agree_lead
-from capjudge.report.html import render
 from capjudge.report.pages import results_page
 
 
@@ -60,12 +59,10 @@ def _body(html: str) -> str:
     return "\n".join(line for line in html.splitlines() if "UTC" not in line)  # the generation time
 
 
-def test_lead_sections_are_what_with_agree_gave(tmp_path: Path) -> None:
+def test_lead_sections_come_before_the_files(tmp_path: Path) -> None:
     a = _write(tmp_path / "a.jsonl", [i / 10 for i in range(10)])
     b = _write(tmp_path / "b.jsonl", [((i * 7) % 10) / 10 for i in range(10)])
     page = results_page([a, b], lead=agree_lead([a, b]))
     assert [s.title for s in page.sections][:2] == ["judges compared", "agreement: a vs b"]
-    with pytest.warns(DeprecationWarning, match="agree_lead"):
-        old = results_page([a, b], with_agree=True)
-    assert _body(render(page)) == _body(render(old))
+    assert [s.title for s in page.sections][2:] == ["a.jsonl", "b.jsonl"]
     assert [s.title for s in results_page([a], lead=agree_lead([a])).sections] == ["a.jsonl"]  # one file: nothing to compare

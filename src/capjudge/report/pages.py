@@ -11,8 +11,6 @@ results file and in the current folder, the places a relative image path usually
 
 from __future__ import annotations
 
-import importlib
-import warnings
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -90,7 +88,6 @@ def results_page(
     title: str | None = None,
     max_rows: int = DEFAULT_MAX_ROWS,
     thumb_px: int = DEFAULT_MAX_PX,
-    with_agree: bool = False,
     command: str = "",
     allow_outside_images: bool = False,
     confine_searched: bool = False,
@@ -100,12 +97,7 @@ def results_page(
     of ``lead`` (``capjudge html --agree``: :func:`capjudge.metaeval.agree_page.agree_lead`, the
     judges' agreement). Raises :class:`~capjudge.report.records.ReportInputError` for a missing or
     unusable file. Thumbnails come only from inside ``images`` (or, with ``confine_searched``, the
-    folders searched) unless ``allow_outside_images`` (:func:`thumb_cache`). ``with_agree`` is
-    deprecated: it means ``lead=agree_lead(paths, names)``."""
-    if with_agree:
-        warnings.warn("results_page(with_agree=True) is deprecated: pass lead=capjudge.metaeval.agree_page.agree_lead(paths, names)", DeprecationWarning, stacklevel=2)
-        if lead is None:  # the kit knows no feature: the agreement page is looked up only here
-            lead = importlib.import_module("capjudge.metaeval.agree_page").agree_lead(paths, names)
+    folders searched) unless ``allow_outside_images`` (:func:`thumb_cache`)."""
     if names is not None and len(names) != len(paths):
         from capjudge.report.records import ReportInputError
 
