@@ -93,10 +93,9 @@ def run_rows(
     ``extra`` records (of ``out``, outside this run's rows) are kept after the rows. The file
     ends in input order whatever happens."""
     todo = split_rows(rows, plan)
-    items: Iterable[tuple[int, Any]] = ask(backend, rows, todo, stream, bad_row)
-    if progress is not None:
-        # The bar counts answers as they arrive (records kept from out are already done).
-        items = progress(ask(backend, rows, todo, stream, bad_row), len(rows), len(plan.kept))
+    asked = ask(backend, rows, todo, stream, bad_row)
+    # The bar counts answers as they arrive (records kept from out are already done).
+    items: Iterable[tuple[int, Any]] = progress(asked, len(rows), len(plan.kept)) if progress is not None else asked
     kept = [*((pos + 1, rec) for pos, rec in plan.kept.items()), *((len(rows) + k + 1, rec) for k, rec in enumerate(extra))]
     sink = ResultsFile(out, kept) if out is not None else None
     try:
