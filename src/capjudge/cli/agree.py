@@ -49,7 +49,9 @@ def cmd_agree(args: argparse.Namespace) -> int:
         check_html(args.html, args.results)
         report = agree(args.results, args.names, bootstrap=max(0, args.bootstrap), seed=args.seed)
     except (AgreeInputError, PreflightError) as exc:
-        print(f"capjudge: error: {exc}", file=sys.stderr)
+        from capjudge.redact import scrub
+
+        print(f"capjudge: error: {scrub(str(exc))}", file=sys.stderr)
         return 2
     if args.format == "json":
         print(json.dumps(report.to_dict(), ensure_ascii=False))

@@ -51,7 +51,9 @@ def emit(path: str | None, build: Callable[[], Any], *, quiet: bool = False) -> 
         page = build()
         write_html(page, path)
     except (OSError, ValueError) as exc:
-        print(f"capjudge: error: the HTML report {path!r} could not be written: {exc}", file=sys.stderr)
+        from capjudge.redact import scrub
+
+        print(f"capjudge: error: the HTML report {path!r} could not be written: {scrub(str(exc))}", file=sys.stderr)
         return
     if not quiet:
         print(f"HTML report written to {path}", file=sys.stderr)

@@ -95,7 +95,11 @@ def register(subparsers: Any) -> None:
 
 # ------------------------------------------------------------------------------------ helpers
 def _err(msg: str) -> int:
-    print(f"capjudge: error: {msg}", file=sys.stderr)
+    """Print a usage error (scrubbed of secrets, as the app prints one) and give its exit code: the
+    meta-eval commands return it, so that they can be called without the app."""
+    from capjudge.redact import scrub
+
+    print(f"capjudge: error: {scrub(msg)}", file=sys.stderr)
     return 2
 
 
@@ -232,7 +236,9 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
         judge = Judge(args.method, args.backend, cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()), preset=args.judge,
                       images_root=images, allow_outside_images=args.allow_outside_images)  # fmt: skip
     except BackendError as exc:  # the backend could not start: exit 1, as `capjudge score`
-        print(f"capjudge: backend error: {exc}", file=sys.stderr)
+        from capjudge.redact import scrub
+
+        print(f"capjudge: backend error: {scrub(str(exc))}", file=sys.stderr)
         return 1
     except ValueError as exc:  # unknown method or backend, bad option values: a usage error
         return _err(f"cannot build the judge: {exc}")
