@@ -32,7 +32,7 @@ def _method_rows() -> list[dict[str, Any]]:
             {
                 "method": name,
                 "kind": m.kind,
-                "scale": "verdict" if m.kind == "pairwise" else f"{m.scale[0]:g}-{m.scale[1]:g}",
+                "scale": "verdict" if m.pairwise else f"{m.scale[0]:g}-{m.scale[1]:g}",
                 "steps": 2 if m.two_step else 1,
                 "references": m.needs_references,
                 "smoothing": m.smoothing,

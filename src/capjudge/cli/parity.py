@@ -91,7 +91,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
     pair_method = get_method(args.pair_method)
     if method.kind != "score":
         raise UsageError(f"--method {method.name} is not a scoring method; use --pairs with --pair-method for pairwise ones")
-    if args.pairs and pair_method.kind != "pairwise":
+    if args.pairs and not pair_method.pairwise:
         raise UsageError(f"--pair-method {pair_method.name} is not a pairwise method")
     samples, bad = _rows(args.input, read_samples, args.limit)
     pairs, bad_pairs = _rows(args.pairs, read_pairs, args.limit) if args.pairs else (None, [])

@@ -53,7 +53,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     from capjudge.types import ScoreResult
 
     method = method_with_template(args.method, args.template, args.template_file)
-    if method.kind == "pairwise":
+    if method.pairwise:
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
     preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)], out_kind="score")
     batch.check_batch_args(args)

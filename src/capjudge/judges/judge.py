@@ -233,7 +233,7 @@ class Judge:
     def score_many(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[ScoreResult]:
         """Score samples, yielding one result per sample, in input order, as soon as it and every
         sample before it are done (see :meth:`score_stream` for completion order)."""
-        if self.method.kind == "pairwise":  # checked at the call, not at the first result
+        if self.method.pairwise:  # checked at the call, not at the first result
             raise ValueError(f"method {self.method.name!r} compares pairs: use Judge.compare / compare_many")
         return in_input_order(ScoringRun(self).run(samples))
 
@@ -246,7 +246,7 @@ class Judge:
         Backends that batch get whole image groups; backends that run concurrent requests (API
         judges) keep ``concurrency`` requests in flight, a new one starting as soon as one ends.
         """
-        if self.method.kind == "pairwise":
+        if self.method.pairwise:
             raise ValueError(f"method {self.method.name!r} compares pairs: use Judge.compare / compare_many")
         return ScoringRun(self).run(samples)
 

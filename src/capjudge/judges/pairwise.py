@@ -84,7 +84,7 @@ def resolve_mode(method: Method, mode: CompareMode | None) -> CompareMode:
     """The comparison mode a run uses: ``mode``, or by the method's kind (``"pairwise"`` for
     pairwise methods, ``"grading"`` for scoring methods). ``ValueError`` when grading is asked of a
     method that does not score single captions."""
-    resolved: CompareMode = mode or ("pairwise" if method.kind == "pairwise" else "grading")
+    resolved: CompareMode = mode or ("pairwise" if method.pairwise else "grading")
     if resolved == "grading" and method.kind != "score":
         raise ValueError(f"comparison by grading needs a scoring method, not {method.name!r}")
     return resolved
@@ -157,7 +157,7 @@ def compare_stream(
 
 
 def _pair_result(judge: PairJudge, index: int, pair: Pair | None, raw_item: Any, mode: CompareMode, **fields: Any) -> PairResult:
-    template = judge.method.template if (mode == "grading" or judge.method.kind == "pairwise") else DEFAULT_PAIRWISE_TEMPLATE
+    template = judge.method.template if (mode == "grading" or judge.method.pairwise) else DEFAULT_PAIRWISE_TEMPLATE
     preset = getattr(judge, "judge_preset", None)
     if preset is not None:  # what ran: the judge preset of a local model
         fields["details"] = {**(fields.get("details") or {}), "judge_preset": preset}
@@ -170,7 +170,7 @@ def _pair_result(judge: PairJudge, index: int, pair: Pair | None, raw_item: Any,
         image=image_label(pair.image) if pair else repr(raw_item)[:80],
         caption_a=pair.caption_a if pair else "",
         caption_b=pair.caption_b if pair else "",
-        method=judge.method.name if mode == "grading" or judge.method.kind == "pairwise" else template,
+        method=judge.method.name if mode == "grading" or judge.method.pairwise else template,
         backend=judge.backend_spec,
         model=judge.backend.model,
         template_hash=judge.method.template_hash if mode == "grading" else get_template(template).hash,
@@ -244,7 +244,7 @@ class _DualRun:
         self.executor = make_executor(judge.backend)
         self.done: deque[tuple[int, PairResult]] = deque()
         self.images = ImageMemo()  # the last images read: the pairs of one image read it once
-        self.name = judge.method.template if judge.method.kind == "pairwise" else DEFAULT_PAIRWISE_TEMPLATE
+        self.name = judge.method.template if judge.method.pairwise else DEFAULT_PAIRWISE_TEMPLATE
         self.tpl = get_template(self.name)
 
     def batches(self, pairs: Iterable[Any]) -> Iterator[list[tuple[int, Any]]]:
@@ -275,7 +275,7 @@ class _DualRun:
                 self._error(i, p, item, f"pair {p.id or i}: {exc}")
                 continue
             got: list[Answer | None] = [None, None]
-            max_new = judge.method.max_new_tokens if judge.method.kind == "pairwise" else 256
+            max_new = judge.method.max_new_tokens if judge.method.pairwise else 256
             for order, prompt in enumerate(prompts):
                 self.executor.add(judge.request(prompt, prep_a.image, max_new), functools.partial(self._answered, i, p, item, got, order, prep_a.image))
 

@@ -211,7 +211,7 @@ def run_choose_one(judge: Judge, groups: Iterable[ChoiceGroup], *, seed: int = 0
     """Rank every group's candidates with ``judge`` (listwise method: one prompt per group;
     scoring method: every candidate scored alone) and measure how often a true caption is first."""
     method = judge.method
-    if method.kind == "pairwise":
+    if method.pairwise:
         raise ValueError(f"choose-one needs a scoring or listwise method, not the pairwise method {method.name!r}")
     prepared = []
     for gi, g in enumerate(groups):

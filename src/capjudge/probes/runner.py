@@ -274,7 +274,7 @@ def run_probe(
     low, high = method.scale
     target = target or format_target(high)
     by_score = method.kind in ("score", "listwise")
-    by_pairwise = pairwise or method.kind == "pairwise"
+    by_pairwise = pairwise or method.pairwise
 
     pairs: list[ProbePair] = []
     per_sample: list[list[ProbePair]] = []

@@ -216,6 +216,11 @@ class Method:
     options: Mapping[str, Any] = field(default_factory=dict)
 
     @property
+    def pairwise(self) -> bool:
+        """The method compares two captions (a verdict), rather than scoring one (``kind``)."""
+        return self.kind == "pairwise"
+
+    @property
     def two_step(self) -> bool:
         """True when a per-image first step (description / visual context) precedes scoring."""
         return self.context_template is not None
