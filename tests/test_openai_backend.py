@@ -220,7 +220,8 @@ def test_reasoning_models_get_max_completion_tokens(server: FakeOpenAIServer) ->
     with OpenAIBackend("o4-mini", kind="openai", base_url=server.base_url, api_key=KEY, **FAST) as b:
         b.generate_one(req("a", max_new_tokens=50))
     body = server.received[0].body
-    assert body["max_completion_tokens"] == 50 and "max_tokens" not in body and "temperature" not in body
+    # the answer budget plus the default reasoning budget (tests/test_reasoning_api.py has the rest)
+    assert body["max_completion_tokens"] == 50 + 8192 and "max_tokens" not in body and "temperature" not in body
 
 
 # -- retries --------------------------------------------------------------------------------------

@@ -30,11 +30,22 @@ class Usage:
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    reasoning_tokens: int = 0
+    """Hidden reasoning of a reasoning model (``completion_tokens_details.reasoning_tokens``):
+    already part of ``completion_tokens`` (billed as output), never added to it again."""
 
     @property
     def total_tokens(self) -> int:
         """Prompt plus completion tokens."""
         return self.prompt_tokens + self.completion_tokens
+
+    def to_dict(self) -> dict[str, int]:
+        """JSON form (cache entries, records): ``reasoning_tokens`` only when there are some, so
+        that the answers of other models are stored exactly as before."""
+        d = {"prompt_tokens": self.prompt_tokens, "completion_tokens": self.completion_tokens}
+        if self.reasoning_tokens:
+            d["reasoning_tokens"] = self.reasoning_tokens
+        return d
 
 _warned_lock = threading.Lock()
 
@@ -61,10 +72,15 @@ def token_count(value: Any, name: str, warned: set[str] | None = None) -> int:
 
 
 def usage_from_report(report: Mapping[str, Any], *, warned: set[str] | None = None) -> Usage:
-    """The :class:`Usage` of a server's ``usage`` object, each count checked by :func:`token_count`."""
+    """The :class:`Usage` of a server's ``usage`` object, each count checked by :func:`token_count`;
+    reasoning tokens from ``completion_tokens_details.reasoning_tokens`` (OpenAI's reasoning models),
+    which ``completion_tokens`` already includes."""
+    details = report.get("completion_tokens_details")
+    reasoning = details.get("reasoning_tokens") if isinstance(details, Mapping) else None
     return Usage(
         prompt_tokens=token_count(report.get("prompt_tokens"), "prompt_tokens", warned),
         completion_tokens=token_count(report.get("completion_tokens"), "completion_tokens", warned),
+        reasoning_tokens=token_count(reasoning, "completion_tokens_details.reasoning_tokens", warned),
     )
 
 
@@ -221,6 +237,7 @@ class _ModelTotals:
     cost_usd: float = 0.0
     unpriced_calls: int = 0
     batch_calls: int = 0
+    reasoning_tokens: int = 0  # part of completion_tokens (summaries show it only when there are some)
 
 
 @dataclass
@@ -271,6 +288,7 @@ class UsageTracker:
             if usage is not None:
                 totals.prompt_tokens += usage.prompt_tokens
                 totals.completion_tokens += usage.completion_tokens
+                totals.reasoning_tokens += usage.reasoning_tokens
             if cost is None:
                 totals.unpriced_calls += 1
             else:
@@ -290,10 +308,15 @@ class UsageTracker:
             return sum(t.calls for t in self.by_model.values())
 
     def summary(self) -> dict[str, Any]:
-        """Totals for a run summary: calls, tokens, cost (USD), budget, refused requests, per model."""
+        """Totals for a run summary: calls, tokens, cost (USD), budget, refused requests, per model.
+        ``reasoning_tokens`` (part of ``completion_tokens``) only when a reasoning model spent some."""
         with self._lock:
             models = {k: asdict(v) for k, v in self.by_model.items()}
-            return {
+            for m in models.values():
+                if not m["reasoning_tokens"]:
+                    del m["reasoning_tokens"]
+            reasoning = sum(t.reasoning_tokens for t in self.by_model.values())
+            out: dict[str, Any] = {
                 "calls": sum(t.calls for t in self.by_model.values()),
                 "prompt_tokens": sum(t.prompt_tokens for t in self.by_model.values()),
                 "completion_tokens": sum(t.completion_tokens for t in self.by_model.values()),
@@ -305,6 +328,9 @@ class UsageTracker:
                 "prices_as_of": PRICES_AS_OF,
                 "by_model": models,
             }
+            if reasoning:
+                out["reasoning_tokens"] = reasoning
+            return out
 
 
 def image_tokens(width: int | None, height: int | None, detail: str | None, *, base: int = 85, tile: int = 170) -> int:

@@ -166,7 +166,7 @@ class Completion:
             "steps": [s.to_dict() for s in self.steps],
             "logprobs": self.logprobs,
             "model": self.model,
-            "usage": asdict(self.usage) if self.usage else None,
+            "usage": self.usage.to_dict() if self.usage else None,
             "finish_reason": self.finish_reason,
             "meta": self.meta,
         }

@@ -294,8 +294,10 @@ def usage_rows(judge: Any) -> list[tuple[str, str]]:
     rows = [
         ("API calls", str(u["calls"])),
         ("tokens in/out", f"{u['prompt_tokens']}/{u['completion_tokens']}"),
-        ("cost (USD)", f"{u['cost_usd']:.4f}"),
     ]
+    if u.get("reasoning_tokens"):  # hidden reasoning: part of the output tokens above, billed as output
+        rows.append(("  of which reasoning", str(u["reasoning_tokens"])))
+    rows.append(("cost (USD)", f"{u['cost_usd']:.4f}"))
     if batch:  # batch lines are billed at batch prices (usage.BATCH_DISCOUNT of the standard ones)
         rows.append(("  calls at batch prices", f"{batch} of {u['calls']}"))
     rows.append(("not sent (budget)", str(u["budget_refused"])))

@@ -153,7 +153,7 @@ def answer_details(method: Method, out: Completion) -> dict[str, Any]:
     prefix reuse, the backend's other notes (``backend_meta``), the method options."""
     details: dict[str, Any] = {"cached": out.cached}
     if out.usage is not None:
-        details["usage"] = {"prompt_tokens": out.usage.prompt_tokens, "completion_tokens": out.usage.completion_tokens}
+        details["usage"] = out.usage.to_dict()  # reasoning_tokens (part of completion_tokens) when any
     meta = dict(out.meta or {})
     reuse = meta.pop("prefix_reuse", None)
     if reuse is not None:  # HF: "used", or why this answer was decoded without prefix reuse

@@ -51,7 +51,14 @@ from capjudge.backends.base import (
 from capjudge.backends.credentials import UrlAuth, split_url
 from capjudge.backends.faults import DEFAULT_GRACE, DEFAULT_THRESHOLD, CircuitBreaker
 from capjudge.backends.openai.budget import RequestBudget
-from capjudge.backends.openai.caps import AZURE_MAX_TOP_LOGPROBS, ModelCaps, lookup_caps
+from capjudge.backends.openai.caps import (
+    AZURE_MAX_TOP_LOGPROBS,
+    REASONING,
+    REASONING_EFFORTS,
+    ModelCaps,
+    lookup_caps,
+)
+from capjudge.backends.openai.caps import reasoning_budget as reasoning_budget_for
 from capjudge.backends.openai.client import (
     KEY_VARIABLE,
     OPENAI_HOSTS,
@@ -116,6 +123,13 @@ class OpenAIBackend(Backend):
       ``generation_config.json``, which vLLM applies as its default, cannot change greedy answers;
       dropped for the rest of the run if the server refuses the field).
     - ``logprobs`` (force on/off), ``max_top_logprobs`` (cap).
+    - Reasoning models (o1/o3/o4, gpt-5: :mod:`.caps`; ``reasoning=true|false`` overrides the
+      table): ``reasoning_effort`` (``minimal`` | ``low`` | ``medium`` | ``high``; default: not sent,
+      the provider's default) and ``reasoning_budget`` (tokens added to the method's answer budget
+      in ``max_completion_tokens``; default by effort, :data:`~.caps.REASONING_BUDGETS`). They are
+      sent no ``temperature``, ``top_p``, penalties or log-probabilities (they refuse them); an
+      answer left empty because the reasoning spent the budget fails with
+      :class:`~.wire.ReasoningBudgetExceeded`.
     - ``prices`` (dict, JSON file or :class:`~capjudge.usage.PriceTable`), ``max_cost`` (USD budget),
       ``usage`` (a shared :class:`~capjudge.usage.UsageTracker`).
     """
@@ -151,6 +165,9 @@ class OpenAIBackend(Backend):
         gone_grace: float = DEFAULT_GRACE,
         add_special_tokens: bool | None = None,
         neutral_penalties: bool | None = None,
+        reasoning: bool | None = None,
+        reasoning_effort: str | None = None,
+        reasoning_budget: int | None = None,
         url_auth: UrlAuth | None = None,
     ) -> None:
         if not kinds.is_api(kind):
@@ -185,6 +202,25 @@ class OpenAIBackend(Backend):
         self.neutral_penalties = compatible if neutral_penalties is None else bool(neutral_penalties)
 
         caps = lookup_caps(kind, self.model_name)
+        if reasoning is not None and bool(reasoning) != caps.reasoning:
+            caps = REASONING if reasoning else ModelCaps(images=caps.images, image_base_tokens=caps.image_base_tokens, image_tile_tokens=caps.image_tile_tokens)
+            if kind == "azure":
+                caps = replace(caps, max_top_logprobs=min(caps.max_top_logprobs, AZURE_MAX_TOP_LOGPROBS))
+        if caps.reasoning:
+            if logprobs:
+                raise ValueError(f"logprobs=true: {self.model_name} is a reasoning model, which refuses log-probabilities (reasoning=false if it is not one)")
+            if neutral_penalties:
+                raise ValueError(f"neutral_penalties=true: {self.model_name} is a reasoning model, which refuses penalty fields (reasoning=false if it is not one)")
+            if reasoning_effort is not None and reasoning_effort not in REASONING_EFFORTS:
+                raise ValueError(f"reasoning_effort={reasoning_effort!r} is not one of {', '.join(REASONING_EFFORTS)}")
+            if reasoning_budget is not None and (isinstance(reasoning_budget, bool) or not isinstance(reasoning_budget, int) or reasoning_budget < 0):
+                raise ValueError(f"reasoning_budget={reasoning_budget!r}: a number of tokens, 0 or more")
+            self.neutral_penalties = False
+        elif reasoning_effort is not None or reasoning_budget is not None:
+            named = "reasoning_effort" if reasoning_effort is not None else "reasoning_budget"
+            raise ValueError(f"{named} is for reasoning models (o1, o3, o4, gpt-5); {self.model_name} is not one (reasoning=true if it is)")
+        self.reasoning_effort = reasoning_effort if caps.reasoning else None
+        self.reasoning_budget = reasoning_budget_for(reasoning_effort, reasoning_budget) if caps.reasoning else 0
         if logprobs is not None:
             caps = replace(caps, logprobs=logprobs, max_top_logprobs=caps.max_top_logprobs if logprobs else 0)
             if logprobs and caps.max_top_logprobs == 0:
@@ -202,6 +238,8 @@ class OpenAIBackend(Backend):
             send_penalties=self.neutral_penalties,  # off once a server refuses the field
             top_cap=caps.max_top_logprobs,
             logprobs_refused=None if caps.logprobs else (caps.note or "model returns no logprobs"),
+            reasoning_effort=self.reasoning_effort,
+            reasoning_budget=self.reasoning_budget,
         )
         self.capabilities = Capabilities(
             logprobs=caps.logprobs,
@@ -226,7 +264,7 @@ class OpenAIBackend(Backend):
                 + (" or model_name= (the model behind the Azure deployment)" if kind == "azure" else "")
             )
 
-        self.budget = RequestBudget(self.prices, self.usage, self.model_name, caps, detail)
+        self.budget = RequestBudget(self.prices, self.usage, self.model_name, caps, detail, extra_completion_tokens=self.reasoning_budget)
         self.endpoint, self.api_version = resolve_endpoint(kind, base_url, azure_endpoint, api_version)
         api_key, self.key_source = resolve_key(kind, self.endpoint, api_key, api_key_env, azure_ad_token_provider)
         register_secret(api_key)  # masked wherever a server might echo it (logs, records, messages)
@@ -316,6 +354,10 @@ class OpenAIBackend(Backend):
             ident["add_special_tokens"] = self.add_special_tokens
         if self.neutral_penalties:
             ident["neutral_penalties"] = True
+        if self.model_caps.reasoning:  # a different budget or effort is a different answer
+            ident["reasoning"] = True
+            ident["reasoning_effort"] = self.reasoning_effort
+            ident["reasoning_budget"] = self.reasoning_budget
         if self.url_auth.public_query:  # the base URL's query, credentials left out
             ident["query"] = json.dumps(self.url_auth.public_query, sort_keys=True)
         return ident
@@ -383,7 +425,10 @@ class OpenAIBackend(Backend):
             except BaseException:
                 self.budget.release(booked)
                 raise
-            self.budget.settle(booked, estimate, completion)
+            self.budget.settle(booked, estimate, completion)  # billed, answered or not
+        spent = self.wire.budget_spent(completion, request.config.max_new_tokens + self.wire.reasoning_budget)
+        if spent is not None:
+            raise spent
         return completion
 
     async def _safe(self, request: Request, index: int) -> Completion | BaseException:

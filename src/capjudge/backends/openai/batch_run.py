@@ -169,7 +169,8 @@ class Importer:
                 return exc
             cost = self.api.prices.cost(self.api.model_name, completion.usage, batch=True)
             completion.meta["cost_usd"] = cost
-            self.answers.append((key, completion, cacheable(request)))
+            spent = self.api.wire.budget_spent(completion, request.config.max_new_tokens + self.api.wire.reasoning_budget)
+            self.answers.append((key, completion, cacheable(request) and spent is None))  # an empty answer is not kept
             return completion
         status, code, message = _line_error(response, line.get("error"))
         if _transient(status):
@@ -358,7 +359,9 @@ class BatchSession:
                 completion.meta["cost_usd"] = cost
                 completion.meta["batch_id"] = job.batch_id
                 answers.append((key, completion))
-                if info.get(key, {}).get("cacheable"):
+                # An answer a reasoning model left empty (its reasoning spent the budget) is that
+                # line's error when replayed, and never a cache entry.
+                if info.get(key, {}).get("cacheable") and self.api.wire.budget_spent(completion, bodies[key].get("max_completion_tokens")) is None:
                     cache_items.append((key, completion))
                 continue
             status, code, message = _line_error(response, line.get("error"))

@@ -129,6 +129,16 @@ class RunStore:
         self._db.close()
 
 
+def budget_spent(backend: Backend, answer: Completion, request: Request) -> BackendError | None:
+    """The error of a batch answer that a reasoning model left empty because its reasoning spent
+    the budget (as online: :meth:`.wire.ChatWire.budget_spent`); ``None`` for any other answer."""
+    inner = backend.inner if isinstance(backend, CachedBackend) else backend
+    wire = getattr(inner, "wire", None)
+    if wire is None:
+        return None
+    return wire.budget_spent(answer, request.config.max_new_tokens + wire.reasoning_budget)  # type: ignore[no-any-return]
+
+
 def _done(value: Completion | BaseException) -> concurrent.futures.Future[Completion | BaseException]:
     future: concurrent.futures.Future[Completion | BaseException] = concurrent.futures.Future()
     future.set_result(value)
@@ -248,7 +258,8 @@ class ReplayBackend(_StandIn):
                 self._counted.add(key)
                 cost = answer.meta.get("cost_usd")
                 self.usage.settle(0.0, answer.model or self.inner.model, answer.usage, cost if isinstance(cost, (int, float)) else None, batch=True)
-            return _done(answer)
+            spent = budget_spent(self.inner, answer, request)  # billed, but no answer
+            return _done(spent if spent is not None else answer)
         error = self.store.error(key)
         if error is not None:
             return _done(error)

@@ -18,13 +18,14 @@ class RequestBudget:
     so far (self-calibrating), so a model that reads more than the estimate is booked for more.
     """
 
-    def __init__(self, prices: PriceTable, usage: UsageTracker, model_name: str, caps: ModelCaps, detail: str | None) -> None:
+    def __init__(self, prices: PriceTable, usage: UsageTracker, model_name: str, caps: ModelCaps, detail: str | None, *, extra_completion_tokens: int = 0) -> None:
         self.prices = prices
         self.usage = usage
         self.model_name = model_name
         self.caps = caps
         self.detail = detail
         self.prompt_scale = 1.0
+        self.extra_completion_tokens = extra_completion_tokens  # a reasoning model's reasoning budget
 
     def estimate_prompt_tokens(self, request: Request) -> int:
         """A generous prompt-token estimate: text at ~3 characters a token, images by OpenAI's rule
@@ -44,7 +45,7 @@ class RequestBudget:
         if price is None:
             return 0.0
         prompt = math.ceil(prompt_estimate * self.prompt_scale)
-        completion = request.config.max_new_tokens * max(1, request.config.n)
+        completion = (request.config.max_new_tokens + self.extra_completion_tokens) * max(1, request.config.n)
         return price.cost(prompt, completion)
 
     def book(self, request: Request, label: str) -> tuple[int, float]:

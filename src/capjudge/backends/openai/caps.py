@@ -9,10 +9,17 @@ OpenAI's older data-plane API versions (and the Azure SDKs built on them) docume
 Azure defaults to a cap of 5. gpt-4-vision-preview never returned log-probabilities; reasoning models
 (o1/o3/o4, gpt-5) refuse them and also refuse ``temperature``/``top_p`` other than the defaults and
 take ``max_completion_tokens`` instead of ``max_tokens``.
+
+Reasoning models (``reasoning``) are the table's o1/o3/o4-mini/gpt-5 entries and any other name of
+those families (:data:`REASONING_NAME`: ``o1*``, ``o3*``, ``o4*``, ``gpt-5*``); ``reasoning=true|false``
+overrides it. Their hidden reasoning spends ``max_completion_tokens`` (counted in
+``usage.completion_tokens_details.reasoning_tokens``), so they are given the method's answer budget
+plus a reasoning budget (:func:`reasoning_budget`).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 
@@ -47,6 +54,26 @@ _TABLE: dict[str, ModelCaps] = {
 
 AZURE_MAX_TOP_LOGPROBS = 5
 
+REASONING_NAME = re.compile(r"^(o1|o3|o4|gpt-5)([-.]|$)")
+"""Model names of OpenAI's reasoning families not in the table (``o3-pro``, ``o4``, ``gpt-5.1``...)."""
+
+REASONING = ModelCaps(logprobs=False, max_top_logprobs=0, reasoning=True, note="reasoning models return no logprobs")
+"""The capabilities of a reasoning model the table does not name (or one set ``reasoning=true``)."""
+
+REASONING_EFFORTS = ("minimal", "low", "medium", "high")
+"""The values of ``reasoning_effort`` (sent as is; ``minimal`` is gpt-5's only)."""
+
+REASONING_BUDGETS: dict[str | None, int] = {"minimal": 2048, "low": 4096, "medium": 8192, "high": 16384, None: 8192}
+"""Default reasoning tokens added to the answer budget, by ``reasoning_effort`` (``None``: not sent,
+the provider's default, which is ``medium``). Generous on purpose: unused tokens cost nothing (only
+tokens generated are billed), while a budget that runs out leaves the judge without an answer."""
+
+
+def reasoning_budget(effort: str | None, budget: int | None = None) -> int:
+    """The reasoning tokens given on top of a method's answer budget: ``budget`` when given, else
+    the default for ``effort`` (:data:`REASONING_BUDGETS`)."""
+    return int(budget) if budget is not None else REASONING_BUDGETS.get(effort, REASONING_BUDGETS[None])
+
 
 def _match(model: str) -> ModelCaps | None:
     name = model.lower().rsplit("/", 1)[-1]
@@ -56,7 +83,9 @@ def _match(model: str) -> ModelCaps | None:
     for key in _TABLE:
         if name.startswith(key + "-") and (best is None or len(key) > len(best)):
             best = key
-    return _TABLE[best] if best is not None else None
+    if best is not None:
+        return _TABLE[best]
+    return REASONING if REASONING_NAME.match(name) else None
 
 
 def lookup_caps(kind: str, model: str) -> ModelCaps:

@@ -13,10 +13,11 @@ from capjudge.backends import kinds
 from capjudge.backends.base import BackendError
 from capjudge.backends.credentials import is_secret_name, split_url
 from capjudge.backends.openai.backend import DETAILS, OpenAIBackend
+from capjudge.backends.openai.caps import REASONING_EFFORTS
 from capjudge.backends.options import OptionError, as_bool, as_float, as_int, check_known
 from capjudge.backends.registry import BackendSpec
 
-INT_OPTIONS = ("concurrency", "max_retries", "max_top_logprobs", "gone_after")
+INT_OPTIONS = ("concurrency", "max_retries", "max_top_logprobs", "gone_after", "reasoning_budget")
 FLOAT_OPTIONS = ("timeout", "retry_base_delay", "retry_max_delay", "max_cost", "gone_grace")
 SECRET_OPTIONS = ("api_key", "azure_ad_token", "key", "token")
 COMPATIBLE_ONLY = ("add_special_tokens", "neutral_penalties")
@@ -42,7 +43,7 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     for k in FLOAT_OPTIONS:
         if isinstance(opts.get(k), str):
             opts[k] = as_float(opts[k], k)
-    for k in ("logprobs", "add_special_tokens", "neutral_penalties"):
+    for k in ("logprobs", "add_special_tokens", "neutral_penalties", "reasoning"):
         if k in opts and opts[k] is not None:
             opts[k] = as_bool(opts[k], k)
     if not kinds.get(spec.kind).url_target:
@@ -52,6 +53,10 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     opts = {k: v for k, v in opts.items() if v is not None}
     if opts.get("detail") is not None and opts["detail"] not in DETAILS:
         raise OptionError(f"option detail={opts['detail']!r} is not one of {', '.join(DETAILS)}")
+    if opts.get("reasoning_effort") is not None and opts["reasoning_effort"] not in REASONING_EFFORTS:
+        raise OptionError(f"option reasoning_effort={opts['reasoning_effort']!r} is not one of {', '.join(REASONING_EFFORTS)}")
+    if isinstance(opts.get("reasoning_budget"), int) and opts["reasoning_budget"] < 0:
+        raise OptionError(f"option reasoning_budget={opts['reasoning_budget']!r}: a number of tokens, 0 or more")
     if isinstance(opts.get("concurrency"), int) and opts["concurrency"] < 1:
         raise OptionError(f"option concurrency={opts['concurrency']!r}: at least 1 request must be in flight")
     opts["model"] = spec.target

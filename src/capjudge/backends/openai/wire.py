@@ -21,6 +21,14 @@ from capjudge.usage import usage_from_report
 Refusal = Literal["penalties", "top_logprobs", "logprobs"]
 
 
+class ReasoningBudgetExceeded(BackendError):
+    """A reasoning model's hidden reasoning spent the whole ``max_completion_tokens`` and the answer
+    came back empty (``finish_reason == "length"``). Not retried, not resumable: the same request
+    spends the same budget; a larger ``reasoning_budget`` or a lower ``reasoning_effort`` cures it."""
+
+    resumable = False
+
+
 def merge_extra(params: dict[str, Any]) -> dict[str, Any]:
     """The body sent for ``params``: ``extra_body`` merged as the SDK merges it (shallow, over the
     named fields)."""
@@ -65,6 +73,8 @@ class ChatWire:
     send_penalties: bool = False
     top_cap: int = 0
     logprobs_refused: str | None = None
+    reasoning_effort: str | None = None  # reasoning models: sent as ``reasoning_effort`` (None: not sent)
+    reasoning_budget: int = 0  # reasoning models: tokens given on top of the answer budget
     usage_warned: set[str] = field(default_factory=set)  # usage fields this server reported badly (warned once)
 
     # -- requests --------------------------------------------------------------------------------
@@ -93,7 +103,11 @@ class ChatWire:
         cfg = request.config
         params: dict[str, Any] = {"model": self.model, "messages": self.messages(request)}
         if self.caps.reasoning:
-            params["max_completion_tokens"] = cfg.max_new_tokens
+            # Hidden reasoning spends max_completion_tokens before the answer does; these models
+            # refuse temperature / top_p other than the defaults (and log-probabilities).
+            params["max_completion_tokens"] = cfg.max_new_tokens + self.reasoning_budget
+            if self.reasoning_effort is not None:
+                params["reasoning_effort"] = self.reasoning_effort
         else:
             params["max_tokens"] = cfg.max_new_tokens
             params["temperature"] = cfg.temperature
@@ -181,6 +195,21 @@ class ChatWire:
         )
         completion.steps_checked = True  # the cache and the judge need not check them again
         return completion
+
+    def budget_spent(self, completion: Completion, limit: Any) -> ReasoningBudgetExceeded | None:
+        """The error of a reasoning model's answer that came back empty because its reasoning spent
+        the whole budget (``finish_reason == "length"``, no content), sent ``max_completion_tokens``
+        = ``limit``; ``None`` for any other answer."""
+        if not self.caps.reasoning or completion.finish_reason != "length" or completion.text.strip():
+            return None
+        usage = completion.usage
+        spent = f"{usage.completion_tokens} tokens, {usage.reasoning_tokens} of them reasoning" if usage is not None else "no usage reported"
+        effort = f"reasoning_effort={self.reasoning_effort}" if self.reasoning_effort else "the provider's default reasoning_effort"
+        return ReasoningBudgetExceeded(
+            f"the answer came back empty: the model's reasoning spent the whole token budget (max_completion_tokens={limit}: {spent}) "
+            f"before it could answer, with {effort}; give it more with --backend-opt reasoning_budget=N (now {self.reasoning_budget}, "
+            f"e.g. reasoning_budget={max(2 * self.reasoning_budget, 1024)}) or ask for less reasoning with a lower --backend-opt reasoning_effort"
+        )
 
     def mark_logprobs(self, completion: Completion, *, sent: bool, top_logprobs: Any, wanted: bool) -> Completion:
         """Record on ``completion`` the ``top_logprobs`` sent, or that log-probabilities were wanted
