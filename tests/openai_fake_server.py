@@ -18,6 +18,13 @@ Hostile answers: :func:`answering` answers every request with one crafted body (
 that are none, usage that is no token count: :func:`chat_body`'s ``tokens`` and ``usage``);
 :class:`TricklingServer` (:func:`trickling_server`) sends its headers at once and then its body a
 byte at a time.
+
+Reasoning API: :func:`reasoning_api` answers as OpenAI's reasoning models (o-series, gpt-5) do: the
+model "thinks" a number of hidden tokens (by ``reasoning_effort``) that spend
+``max_completion_tokens`` before the answer does (too small a budget: empty content and
+``finish_reason: "length"``), usage reports them in ``completion_tokens_details.reasoning_tokens``
+(inside ``completion_tokens``), and ``max_tokens``, ``temperature``, ``top_p``, penalties and
+log-probabilities are refused with HTTP 400.
 """
 
 from __future__ import annotations
@@ -180,6 +187,66 @@ def default_responder(req: Received) -> Reply:
             (d2, -0.6931, [(d2, -0.6931), (alt2, -0.6931)][:k]),
         ]
     return Reply(body=chat_body(text, tokens=tokens, model=str(body.get("model") or "fake-model")))
+
+
+REASONING_THINK = {"minimal": 40, "low": 600, "medium": 2500, "high": 7000}
+"""Hidden reasoning tokens the reasoning API spends, by ``reasoning_effort`` (not sent: medium)."""
+
+_REASONING_REFUSED = {
+    "max_tokens": "Unsupported parameter: 'max_tokens' is not supported with this model. Use 'max_completion_tokens' instead.",
+    "temperature": "Unsupported value: 'temperature' does not support {value} with this model. Only the default (1) value is supported.",
+    "top_p": "Unsupported parameter: 'top_p' is not supported with this model.",
+    "presence_penalty": "Unsupported parameter: 'presence_penalty' is not supported with this model.",
+    "frequency_penalty": "Unsupported parameter: 'frequency_penalty' is not supported with this model.",
+    "repetition_penalty": "Unrecognized request argument supplied: repetition_penalty",
+    "logprobs": "This model does not support 'logprobs'.",
+    "top_logprobs": "Unsupported parameter: 'top_logprobs' is not supported with this model.",
+}
+
+
+def reasoning_answer(req: Received) -> str:
+    """The reasoning API's answer: a 0-100 integer when the prompt asks for one, else a 0-1 score."""
+    prompt = req.prompt_text()
+    score = digest_score(prompt)
+    return str(int(score[2:])) if "0 to 100" in prompt else score
+
+
+def reasoning_api(*, think: dict[str, int] | None = None, answer: Callable[[Received], str] = reasoning_answer) -> Callable[[Received], Reply]:
+    """A responder that behaves like a reasoning model's API (see the module docstring): ``think``
+    maps ``reasoning_effort`` to the hidden tokens spent (default :data:`REASONING_THINK`)."""
+    spend = {**REASONING_THINK, **(think or {})}
+
+    def respond(req: Received) -> Reply:
+        body = req.body or {}
+        for name, message in _REASONING_REFUSED.items():
+            if name in body:
+                return Reply(status=400, body=error_body(message.format(value=body[name]), type_="invalid_request_error", code="unsupported_parameter", param=name))
+        effort = body.get("reasoning_effort", "medium")
+        if effort not in spend:
+            return Reply(status=400, body=error_body(f"Unsupported value: 'reasoning_effort' does not support {effort!r}.", param="reasoning_effort"))
+        budget = body.get("max_completion_tokens")
+        if not isinstance(budget, int) or budget < 1:
+            return Reply(status=400, body=error_body("max_completion_tokens must be a positive integer", param="max_completion_tokens"))
+        text = answer(req)
+        thought = min(spend[effort], budget)
+        answer_tokens = max(1, len(text) // 2)
+        if thought + answer_tokens <= budget:
+            content, finish, used = text, "stop", thought + answer_tokens
+        else:  # the budget ran out: what of the answer fits (nothing when the reasoning spent it all)
+            room = budget - thought
+            content, finish, used = text[: 2 * room] if room > 0 else "", "length", budget
+        usage = {
+            "prompt_tokens": 120,
+            "completion_tokens": used,
+            "total_tokens": 120 + used,
+            "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+            "completion_tokens_details": {"reasoning_tokens": thought, "audio_tokens": 0, "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0},
+        }
+        out = chat_body(content, model=str(body.get("model") or "fake-model"), finish_reason=finish, usage=usage)
+        out["system_fingerprint"] = None
+        return Reply(body=out)
+
+    return respond
 
 
 class _Server(ThreadingHTTPServer):
