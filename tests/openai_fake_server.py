@@ -189,7 +189,7 @@ def default_responder(req: Received) -> Reply:
     return Reply(body=chat_body(text, tokens=tokens, model=str(body.get("model") or "fake-model")))
 
 
-REASONING_THINK = {"minimal": 40, "low": 600, "medium": 2500, "high": 7000}
+REASONING_THINK = {"none": 0, "minimal": 40, "low": 600, "medium": 2500, "high": 7000, "xhigh": 12000, "max": 20000}
 """Hidden reasoning tokens the reasoning API spends, by ``reasoning_effort`` (not sent: medium)."""
 
 _REASONING_REFUSED = {

@@ -124,9 +124,10 @@ class OpenAIBackend(Backend):
       dropped for the rest of the run if the server refuses the field).
     - ``logprobs`` (force on/off), ``max_top_logprobs`` (cap).
     - Reasoning models (o1/o3/o4, gpt-5: :mod:`.caps`; ``reasoning=true|false`` overrides the
-      table): ``reasoning_effort`` (``minimal`` | ``low`` | ``medium`` | ``high``; default: not sent,
-      the provider's default) and ``reasoning_budget`` (tokens added to the method's answer budget
-      in ``max_completion_tokens``; default by effort, :data:`~.caps.REASONING_BUDGETS`). They are
+      table): ``reasoning_effort`` (``minimal`` | ``low`` | ``medium`` | ``high``, and ``none`` |
+      ``xhigh`` | ``max`` where the model takes them; default: not sent, the provider's default)
+      and ``reasoning_budget`` (tokens added to the method's answer budget in
+      ``max_completion_tokens``; default by effort, :data:`~.caps.REASONING_BUDGETS`). They are
       sent no ``temperature``, ``top_p``, penalties or log-probabilities (they refuse them); an
       answer left empty because the reasoning spent the budget fails with
       :class:`~.wire.ReasoningBudgetExceeded`.

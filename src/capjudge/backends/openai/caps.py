@@ -60,10 +60,12 @@ REASONING_NAME = re.compile(r"^(o1|o3|o4|gpt-5)([-.]|$)")
 REASONING = ModelCaps(logprobs=False, max_top_logprobs=0, reasoning=True, note="reasoning models return no logprobs")
 """The capabilities of a reasoning model the table does not name (or one set ``reasoning=true``)."""
 
-REASONING_EFFORTS = ("minimal", "low", "medium", "high")
-"""The values of ``reasoning_effort`` (sent as is; ``minimal`` is gpt-5's only)."""
+REASONING_EFFORTS = ("none", "minimal", "low", "medium", "high", "xhigh", "max")
+"""The values of ``reasoning_effort``, sent as is: the openai SDK's ``ReasoningEffort`` (3.57) and
+vLLM's field (0.32) list these seven; not every model takes every one (``minimal``: gpt-5;
+``none``: gpt-5.1 and later; o-series: ``low`` / ``medium`` / ``high``), the server says which."""
 
-REASONING_BUDGETS: dict[str | None, int] = {"minimal": 2048, "low": 4096, "medium": 8192, "high": 16384, None: 8192}
+REASONING_BUDGETS: dict[str | None, int] = {"none": 1024, "minimal": 2048, "low": 4096, "medium": 8192, "high": 16384, "xhigh": 32768, "max": 32768, None: 8192}
 """Default reasoning tokens added to the answer budget, by ``reasoning_effort`` (``None``: not sent,
 the provider's default, which is ``medium``). Generous on purpose: unused tokens cost nothing (only
 tokens generated are billed), while a budget that runs out leaves the judge without an answer."""
