@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from capjudge.backends.base import Completion
 from capjudge.judges.prepare import Prepared, sample_id
+from capjudge.judges.reasoning import META_KEYS, cut_off_message, final_answer, reasoning_details
 from capjudge.judges.records import cached_note, short
 from capjudge.judges.smoothing import (
     BARE_SCORE_PATTERN,
@@ -154,7 +155,7 @@ def answer_details(method: Method, out: Completion) -> dict[str, Any]:
     details: dict[str, Any] = {"cached": out.cached}
     if out.usage is not None:
         details["usage"] = out.usage.to_dict()  # reasoning_tokens (part of completion_tokens) when any
-    meta = dict(out.meta or {})
+    meta = {k: v for k, v in (out.meta or {}).items() if k not in META_KEYS}  # the reasoning: details.reasoning
     reuse = meta.pop("prefix_reuse", None)
     if reuse is not None:  # HF: "used", or why this answer was decoded without prefix reuse
         details["prefix_reuse"] = reuse
@@ -167,9 +168,22 @@ def answer_details(method: Method, out: Completion) -> dict[str, Any]:
 
 def read_answer(method: Method, prep: Prepared, out: Completion, record: Record) -> ScoreResult:
     """The record of ``out``, read by the method's parser kind (capjudge's rules for a kind the
-    table does not name)."""
+    table does not name) from the final answer after any reasoning (:mod:`.reasoning`): a
+    reasoning cut off by the token budget is an error record."""
     kind = PARSERS.get(method.parser, PARSERS["rules"])
-    return kind.read(method, prep, out, answer_details(method, out), record)
+    fa = final_answer(out)
+    if fa.plain:
+        return kind.read(method, prep, out, answer_details(method, out), record)
+    details = {**answer_details(method, out), **reasoning_details(fa)}
+    if fa.cut_off:
+        return record(prep, score=None, raw=fa.raw, status="error", error=f"sample {sample_id(prep.sample, prep.index)}: {cut_off_message(fa)}{cached_note(out)}", details=details)
+
+    def keep_final(prep: Prepared, **fields: Any) -> ScoreResult:
+        if "raw" in fields:
+            fields["raw"] = fa.raw  # the final answer, \boxed{} included; the reasoning is in details
+        return record(prep, **fields)
+
+    return kind.read(method, prep, fa.completion, details, keep_final)
 
 
 def read_safely(method: Method, prep: Prepared, out: Completion, record: Record) -> ScoreResult:

@@ -29,6 +29,7 @@ from capjudge.judges.dispatch import (
     make_executor,
 )
 from capjudge.judges.invariants import pair_problem
+from capjudge.judges.reasoning import cut_off_message, final_answer, reasoning_details
 from capjudge.judges.records import cached_note
 from capjudge.judges.scoring import ImageMemo, read_windows
 from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
@@ -289,16 +290,31 @@ class _DualRun:
             self._error(i, p, item, f"pair {p.id or i}: backend error: {type(failed[0]).__name__}: {failed[0]}", details=failure_details(failed[0]))
             return
         assert isinstance(o1, Completion) and isinstance(o2, Completion)
-        t1, t2 = o1.text, o2.text
-        v1 = parse_verdict(t1)
-        v2 = flip(parse_verdict(t2))
+        # Verdicts are read from the final answers, after any reasoning (judges/reasoning.py).
+        f1, f2 = final_answer(o1), final_answer(o2)
+        t1, t2 = f1.raw, f2.raw
+        thought = not (f1.plain and f2.plain)
+        more: dict[str, Any] = {}
+        if thought:
+            for key in ("reasoning", "reasoning_tokens"):
+                both = [reasoning_details(f).get(key) for f in (f1, f2)]
+                if any(v is not None for v in both):
+                    more[key] = both
+        cut = [f for f in (f1, f2) if f.cut_off]
+        if cut:
+            which = "first" if f1.cut_off else "second"
+            self._error(i, p, item, f"pair {p.id or i}: the {which} order's answer: {cut_off_message(cut[0])}", raw=[t1, t2], details=more)
+            return
+        v1 = parse_verdict(f1.completion.text)
+        v2 = flip(parse_verdict(f2.completion.text))
         votes = [v1, v2]
         if v1 is None or v2 is None:
             which, bad_out = ("first", o1) if v1 is None else ("second", o2)
-            message = f"pair {p.id or i}: no verdict in the {which} order's answer: {' '.join(bad_out.text.split())[:80]!r}{cached_note(bad_out)}"
-            self._error(i, p, item, message, votes=votes, raw=[t1, t2])
+            bad_text = (f1 if v1 is None else f2).completion.text
+            message = f"pair {p.id or i}: no verdict in the {which} order's answer: {' '.join(bad_text.split())[:80]!r}{cached_note(bad_out)}"
+            self._error(i, p, item, message, votes=votes, raw=[t1, t2], **({"details": more} if more else {}))
             return
-        details: dict[str, Any] = {"cached": [o1.cached, o2.cached]}
+        details: dict[str, Any] = {"cached": [o1.cached, o2.cached], **more}
         resized = image.downscale_details()
         if resized is not None:  # the picture was above the pixel limit
             details["image_downscaled"] = resized

@@ -20,6 +20,7 @@ from typing import Any
 from capjudge.backends.base import Backend, Completion, GenerationConfig, Request
 from capjudge.backends.options import as_int
 from capjudge.judges.dispatch import Answer, Callback
+from capjudge.judges.reasoning import answer_text
 from capjudge.judges.smoothing import SCORE_PATTERN
 from capjudge.parsing import parse_score
 
@@ -78,8 +79,9 @@ class SamplingEstimate:
                 est.completion_tokens += out.usage.completion_tokens
             if isinstance(out.meta.get("cost_usd"), (int, float)):
                 costs.append(float(out.meta["cost_usd"]))
-            est.scores.append(parse(out.text))
-            m = SCORE_PATTERN.search(out.text or "")
+            text = answer_text(out)  # the final answer, after any reasoning
+            est.scores.append(parse(text))
+            m = SCORE_PATTERN.search(text or "")
             if m and m.group(1) == "0":
                 firsts.append(int(m.group(2)))
                 if m.group(3) is not None:

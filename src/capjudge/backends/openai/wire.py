@@ -29,6 +29,17 @@ class ReasoningBudgetExceeded(BackendError):
     resumable = False
 
 
+def separate_reasoning(message: dict[str, Any]) -> str | None:
+    """The reasoning an OpenAI-protocol server sent apart from the content: ``reasoning`` (vLLM
+    0.32, which renames ``reasoning_content`` to it) or ``reasoning_content`` (llama.cpp server
+    ``--reasoning-format deepseek``, SGLang, older vLLM); ``None`` when neither is a non-empty text."""
+    for key in ("reasoning", "reasoning_content"):
+        value = message.get(key)
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
 def merge_extra(params: dict[str, Any]) -> dict[str, Any]:
     """The body sent for ``params``: ``extra_body`` merged as the SDK merges it (shallow, over the
     named fields)."""
@@ -182,6 +193,9 @@ class ChatWire:
             meta["system_fingerprint"] = response["system_fingerprint"]
         if len(choices) > 1:
             meta["choices"] = [((c.get("message") or {}).get("content")) or "" for c in choices]
+        reasoning = separate_reasoning(message)
+        if reasoning is not None:  # the server split it out of the content (read by the judge)
+            meta["reasoning"] = reasoning
         if asked_logprobs and not steps:
             meta["logprobs_missing"] = True  # asked, but the server sent none
         completion = Completion(
