@@ -120,6 +120,17 @@ def test_final_answer_of_a_completion() -> None:
     assert fa.reasoning_tokens == len(steps) - 5 and fa.completion.text.strip() == "0.85"
 
 
+def test_steps_of_a_server_that_split_the_reasoning_out() -> None:
+    # The reasoning field came apart, the log-probabilities still cover its tokens (no markers):
+    # the final answer is found at the end of the steps.
+    steps = [s for s in thinking_steps() if s.token not in ("<think>", "</think>")]
+    fa = final_answer(Completion(text="\n\n0.85", steps=steps, logprobs=True, meta={"reasoning": "I think 0.85, no: 0.21"}))
+    assert [s.token for s in fa.completion.steps] == ["0", ".", "8", "5"] and fa.steps_note is None
+    # Steps that do not hold the final answer are not used (never smoothed at the reasoning).
+    fa = final_answer(Completion(text="0.6", steps=steps[:9], logprobs=True, meta={"reasoning": "I think 0.85"}))
+    assert fa.completion.steps == [] and fa.steps_note is not None and fa.completion.text == "0.6"
+
+
 # -- judges with a scripted backend -------------------------------------------------------------
 
 
