@@ -291,34 +291,6 @@ class OpenAIBackend(Backend):
         self._sem: asyncio.Semaphore | None = None
         self._submitted = itertools.count()
 
-    # -- what servers taught the run (batch mode reads and sets it too) ----------------------------
-    @property
-    def top_cap(self) -> int:
-        """The most ``top_logprobs`` asked (lowered when a server refuses more)."""
-        return self.wire.top_cap
-
-    @top_cap.setter
-    def top_cap(self, value: int) -> None:
-        self.wire.top_cap = value
-
-    @property
-    def logprobs_refused(self) -> str | None:
-        """Why log-probabilities are no longer asked (``None``: they are)."""
-        return self.wire.logprobs_refused
-
-    @logprobs_refused.setter
-    def logprobs_refused(self, value: str | None) -> None:
-        self.wire.logprobs_refused = value
-
-    @property
-    def send_penalties(self) -> bool:
-        """Whether the neutral penalty fields are sent (off once a server refuses them)."""
-        return self.wire.send_penalties
-
-    @send_penalties.setter
-    def send_penalties(self, value: bool) -> None:
-        self.wire.send_penalties = value
-
     def credential_sources(self) -> dict[str, Any]:
         """Where this backend's credentials come from, by name only (never a value): ``api_key``
         (``"the api_key option"``, ``"$NAME"`` or ``None``) and ``url`` (``userinfo``,

@@ -428,12 +428,12 @@ class BatchSession:
         """What earlier rounds learned about the server, applied to the backend that builds lines."""
         cap = state.learned.get("top_cap")
         if isinstance(cap, int):
-            self.api.top_cap = min(self.api.top_cap, cap)
+            self.api.wire.top_cap = min(self.api.wire.top_cap, cap)
         refused = state.learned.get("logprobs_refused")
         if isinstance(refused, str):
-            self.api.logprobs_refused = refused
+            self.api.wire.logprobs_refused = refused
         if state.learned.get("no_penalties"):
-            self.api.send_penalties = False
+            self.api.wire.send_penalties = False
 
     # ------------------------------------------------------------------ export / import
     def _export(self, plan_pass: Callable[[], None], say: Callable[[str], None]) -> None:
