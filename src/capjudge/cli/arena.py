@@ -23,7 +23,7 @@ from capjudge.cli.common import (
     make_judge,
     method_with_template,
     preflight,
-    progress,
+    progress_of,
     summary_table,
     usage_rows,
 )
@@ -139,7 +139,7 @@ def cmd_arena(args: argparse.Namespace) -> int:
                 length_controlled=args.length_controlled,
                 overwrite=args.overwrite,
                 retry_errors=args.retry_errors,
-                progress=lambda stream, total, done: progress(stream, total, label, args.quiet, done),
+                progress=progress_of(label, args.quiet),
             )
         except ResumeConflict as exc:
             raise UsageError(str(exc)) from None
