@@ -198,8 +198,9 @@ def check_panel(args: argparse.Namespace, common: dict[str, Any]) -> None:
     for entry in panel.entries:
         try:
             check_backend(entry.backend, member_options(args, entry, common))
-        except PreflightError as exc:
-            raise UsageError(f"{entry.where}: {str(exc).split(': ', 1)[-1]}") from None
+        except UsageError as exc:
+            text = str(exc).split(": ", 1)[-1] if isinstance(exc, PreflightError) else str(exc)  # "--backend SPEC: " said by where
+            raise UsageError(f"{entry.where}: {text}") from None
     flags = [k for k in API_FLAGS if getattr(args, k, None) is not None]
     if flags and not any(kinds.of_spec(e.backend).api for e in panel.entries):
         raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in flags)} apply to API backends only, and no judge of the panel is on one")
@@ -208,7 +209,6 @@ def check_panel(args: argparse.Namespace, common: dict[str, Any]) -> None:
 def make_panel(args: argparse.Namespace, method: Any, judge_kwargs: dict[str, Any], common: dict[str, Any]) -> Any:
     """The :class:`~capjudge.judges.panel.Panel` of the command line (a judge that cannot be built
     is a usage error naming its entry; the judges built before it are closed)."""
-    from capjudge.backends.registry import UnknownBackendError
     from capjudge.judges.judge import Judge
     from capjudge.judges.panel import Panel
 
@@ -219,8 +219,8 @@ def make_panel(args: argparse.Namespace, method: Any, judge_kwargs: dict[str, An
         for entry in panel.entries:
             try:
                 judges.append(Judge(method, entry.backend, **{**judge_kwargs, "backend_options": member_options(args, entry, common)}))
-            except UnknownBackendError:
-                raise
+            except UsageError as exc:  # an unknown option found as the backend is built
+                raise UsageError(f"{entry.where}: {exc}") from None
             except ValueError as exc:
                 raise UsageError(f"{entry.where}: cannot build the judge: {exc}") from exc
         return Panel(judges, aggregate=panel.aggregate, quorum=panel.quorum, names=[e.name for e in panel.entries])  # type: ignore[arg-type]
