@@ -292,6 +292,8 @@ def print_panel(con: Any, judge: Any, out: str) -> None:
         a.add_row(scrub(pc.a), scrub(pc.b), str(pc.n), *(_num(pc.measures.get(k)) for k in keys))
     con.print(a)
     reasons = sorted({why for pc in report.pairs for why in pc.undefined.values()})
+    if not pairwise and any(_num(pc.measures.get(k)) == "-" for pc in report.pairs for k in keys):
+        reasons.append("-: no correlation, as a judge gave every sample one score (or fewer than two samples were scored by both)")
     for why in reasons[:3]:
         con.print(f"[yellow]note:[/yellow] {escape(scrub(why))}")
     if pairwise and report.overall.get("fleiss_kappa") is not None:
