@@ -345,3 +345,19 @@ def test_a_secret_in_a_judges_spec_is_written_nowhere(tmp_path: Path, capsys: py
     assert "entry 1 (openai-compatible:http://***@127.0.0.1" in " ".join(refusal.err.split())
     for where, text in [("results", out.read_text()), ("stdout", captured.out), ("stderr", captured.err), ("refusal", refusal.err + refusal.out)]:
         assert SECRET not in text, where
+
+
+def test_a_retry_bypasses_every_judges_cache(tmp_path: Path) -> None:
+    """The runner's --retry-errors goes through ``panel.backend``: every judge asks again."""
+    from capjudge.backends.cache import bypass_cache
+
+    def judge(text: str, model: str) -> Judge:
+        return Judge("vanilla", ScriptedBackend(text, model=model), images_root=IMAGES, cache_dir=tmp_path / "cache")
+
+    panel = Panel([judge("30", "a"), judge("50", "b")])
+    first = panel.score("cats.jpg", "two cats")
+    again = panel.score("cats.jpg", "two cats")
+    with bypass_cache(panel.backend):
+        fresh = panel.score("cats.jpg", "two cats")
+    assert first.details["cached"] == [False, False] and again.details["cached"] == [True, True]
+    assert fresh.details["cached"] == [False, False] and fresh.score == again.score == 40.0
