@@ -277,7 +277,7 @@ def print_panel(con: Any, judge: Any, out: str) -> None:
         else:
             scores = [float(r["score"]) for r in ok if isinstance(r.get("score"), (int, float))]
             shown = f"{sum(scores) / len(scores):.4g}" if scores else "-"
-        t.add_row(scrub(name), str(len(ok)), str(len(recs) - len(ok)), shown)
+        t.add_row(escape(scrub(name)), str(len(ok)), str(len(recs) - len(ok)), shown)
     con.print(t)
     report = agreement(members)
     if report is None:
@@ -289,7 +289,7 @@ def print_panel(con: Any, judge: Any, out: str) -> None:
         a.add_column(col, justify="left" if col.startswith("judge") else "right")
     keys = ("cohen_kappa", "agreement") if pairwise else ("kendall_tau_b", "spearman", "pearson")
     for pc in report.pairs:
-        a.add_row(scrub(pc.a), scrub(pc.b), str(pc.n), *(_num(pc.measures.get(k)) for k in keys))
+        a.add_row(escape(scrub(pc.a)), escape(scrub(pc.b)), str(pc.n), *(_num(pc.measures.get(k)) for k in keys))
     con.print(a)
     reasons = sorted({why for pc in report.pairs for why in pc.undefined.values()})
     if not pairwise and any(_num(pc.measures.get(k)) == "-" for pc in report.pairs for k in keys):
@@ -308,6 +308,7 @@ def print_arena_panel(con: Any, d: dict[str, Any]) -> None:
     """Each judge's own leaderboard (rank and Bradley-Terry) beside the panel's, and the rank
     correlation (Kendall tau-b, x100) between the judges' leaderboards: a judge that ranks its own
     family's model higher than the others do shows here."""
+    from rich.markup import escape
     from rich.table import Table
 
     from capjudge.redact import scrub
@@ -319,16 +320,16 @@ def print_arena_panel(con: Any, d: dict[str, Any]) -> None:
     t.add_column("model")
     t.add_column("panel", justify="right")
     for name in by_judge:
-        t.add_column(scrub(name), justify="right", overflow="fold")
+        t.add_column(escape(scrub(name)), justify="right", overflow="fold")
     own = {name: {e["model"]: e for e in board} for name, board in by_judge.items()}
     for e in d["leaderboard"]:
-        row = [e["model"], _rank(e)]
+        row = [escape(e["model"]), _rank(e)]
         row += [_rank(own[name].get(e["model"])) for name in by_judge]
         t.add_row(*row)
     con.print(t)
     rc = d.get("rank_correlation") or {}
     for p in rc.get("pairs", []):
-        con.print(f"rank correlation {scrub(p['a'])} vs {scrub(p['b'])}: Kendall tau-b {_num(p['kendall_tau_b'])} over {p['models']} models")
+        con.print(f"rank correlation {escape(scrub(p['a']))} vs {escape(scrub(p['b']))}: Kendall tau-b {_num(p['kendall_tau_b'])} over {p['models']} models")
 
 
 def _rank(e: dict[str, Any] | None) -> str:
