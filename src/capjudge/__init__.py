@@ -25,6 +25,7 @@ __all__ = [
     "get_preset",
     "results_frame",
     "agree",
+    "Panel",
     "__version__",
 ]
 
@@ -42,6 +43,7 @@ _LAZY = {
     "get_preset": "capjudge.backends.presets",
     "results_frame": "capjudge.frames",
     "agree": "capjudge.metaeval.agree",
+    "Panel": "capjudge.judges.panel",
 }
 
 if TYPE_CHECKING:
@@ -49,6 +51,7 @@ if TYPE_CHECKING:
     from capjudge.backends.registry import load_backend
     from capjudge.frames import results_frame
     from capjudge.judges.judge import Judge
+    from capjudge.judges.panel import Panel
     from capjudge.metaeval.agree import agree
     from capjudge.prompts.registry import get_method, list_methods, register_template
     from capjudge.types import PairResult, Sample, ScoreResult

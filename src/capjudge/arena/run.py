@@ -23,6 +23,8 @@ class ArenaResult:
     input: ArenaInput
     run: BattleRun
     judge: dict[str, Any] = field(default_factory=dict)
+    by_judge: dict[str, Leaderboard] = field(default_factory=dict)
+    """A panel's judges: each judge's own leaderboard (:mod:`capjudge.arena.judges`); empty otherwise."""
 
     def to_dict(self) -> dict[str, Any]:
         """The ``--format json`` object: ``leaderboard`` (best first: ``model``, ``win_rate``,
@@ -51,7 +53,19 @@ class ArenaResult:
             "unreadable_rows": len(self.input.bad_rows),
             "position_bias": self.position_bias(),
             **{k: v for k, v in out.items() if k not in ("leaderboard", "battles")},
+            **self.panel_dict(),
         }
+
+    def panel_dict(self) -> dict[str, Any]:
+        """A panel's part of the JSON: ``leaderboards_by_judge`` (judge -> leaderboard entries) and
+        ``rank_correlation`` (:func:`capjudge.arena.judges.rank_correlation`); nothing otherwise."""
+        if not self.by_judge:
+            return {}
+        from capjudge.arena.judges import rank_correlation
+        from capjudge.types import json_safe
+
+        boards = {name: board.to_dict()["leaderboard"] for name, board in self.by_judge.items()}
+        return {"leaderboards_by_judge": boards, "rank_correlation": json_safe(rank_correlation(self.by_judge, self.leaderboard))}
 
 
     def position_bias(self) -> dict[str, Any]:
@@ -141,7 +155,10 @@ def run_arena(
     for e in board.entries:
         e["missing"] = missing[e["model"]]
     board.notes = summary_notes(inp, plan, run) + board.notes
-    return ArenaResult(run.records, board, plan, inp, run, judge={"method": fields["method"], "mode": fields["mode"], "backend": fields["backend"]})
+    from capjudge.arena.judges import leaderboards_by_judge
+
+    by_judge = leaderboards_by_judge(run.records, inp.models, ties=ties, bootstrap=bootstrap, seed=seed, elo_k=elo_k)  # a panel's judges
+    return ArenaResult(run.records, board, plan, inp, run, judge={"method": fields["method"], "mode": fields["mode"], "backend": fields["backend"]}, by_judge=by_judge)
 
 
 def rank_file(path: str | Path, models: Sequence[str] | None = None, **options: Any) -> Leaderboard:

@@ -52,7 +52,7 @@ def register(subparsers: Any) -> None:
     """Add ``arena`` to an argparse subparsers object."""
 
     p = subparsers.add_parser("arena", **ARENA_PARSER)
-    add_common(p, method_default="gpt4v-pairwise")
+    add_common(p, method_default="gpt4v-pairwise", panel=True)
     src = p.add_argument_group("captions (one of)")
     src.add_argument("--models", nargs="+", metavar="NAME=PATH", help="one captions file per model (JSONL/CSV: image, caption[, id])")
     src.add_argument("--input", default=None, metavar="FILE", help="one captions file with a model column (model, image, caption[, id])")
@@ -208,5 +208,9 @@ def _print_table(result: Any, usage: list[tuple[str, str]], seconds: float, args
             *usage,
         ]
         con.print(summary_table("run", rows))
+    if d.get("leaderboards_by_judge"):  # a panel: each judge's leaderboard, their rank correlation
+        from capjudge.cli.panel import print_arena_panel
+
+        print_arena_panel(con, d)
     for note in d["notes"]:
         con.print(f"[yellow]note:[/yellow] {note}")

@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
+from capjudge.cli.panel import add_backend_option, check_panel, is_panel, make_panel, panel_args
+from capjudge.cli.panel import usage_rows as panel_usage_rows
 from capjudge.errors import EXIT_BACKEND, EXIT_OK, UsageError
 
 T = TypeVar("T")
@@ -116,6 +118,8 @@ def method_with_template(method_name: str, template: str | None, template_file: 
 def backend_options(args: argparse.Namespace) -> dict[str, Any]:
     """``--backend-opt`` pairs plus the API flags (``--concurrency`` ...), checked for the kind."""
     options = parse_options(args.backend_opt)
+    if is_panel(args):  # each judge's own: capjudge.cli.panel.member_options
+        return options
     if getattr(args, "judge", None):
         from capjudge.backends.presets import UnknownPresetError, preset_options
 
@@ -172,7 +176,10 @@ def preflight(
             check_output(path, inputs=sources, what=flag)
             if flag != "--out" and out is not None and Path(path).resolve() == Path(out).resolve():
                 raise UsageError(f"{flag} {path!r} is the --out results file: write the report elsewhere")
-    check_backend(args.backend, backend_options(args))
+    if hasattr(args, "backends") and panel_args(args) is not None:  # a panel: every judge checked
+        check_panel(args, parse_options(args.backend_opt))
+    else:
+        check_backend(args.backend, backend_options(args))
     # Last, so that a mistake in the options is named first: what an existing output holds.
     for flag, path in [("--out", out), *reports]:
         kind = out_kind if flag == "--out" else (report_kinds or {}).get(flag, "html" if flag == "--html" else None)
@@ -273,6 +280,8 @@ def make_judge(args: argparse.Namespace, method: Any) -> Any:
     from capjudge.judges.judge import Judge
     from capjudge.prompts.registry import TemplateError, UnknownMethodError
 
+    if is_panel(args):
+        return make_panel(args, method, judge_kwargs(args), parse_options(args.backend_opt))
     try:
         judge = Judge(method, args.backend, **judge_kwargs(args))
     except ValueError as exc:
@@ -286,6 +295,8 @@ def make_judge(args: argparse.Namespace, method: Any) -> Any:
 
 def usage_rows(judge: Any) -> list[tuple[str, str]]:
     """API usage and cost of the run, when the backend counts them."""
+    if getattr(judge, "members", None) is not None:  # a panel: each judge's usage
+        return panel_usage_rows(judge, usage_rows)
     usage = getattr(judge.backend, "usage", None)
     if usage is None or not hasattr(usage, "summary"):
         return []
@@ -304,9 +315,14 @@ def usage_rows(judge: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None) -> None:
-    """The options every judging command takes: backend, method, images, templates, cache, API, images."""
-    p.add_argument("--backend", required=True, help="backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o")
+def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None, panel: bool = False) -> None:
+    """The options every judging command takes: backend, method, images, templates, cache, API, images;
+    with ``panel``, ``--backend`` repeatable and the ``--panel*`` options (:mod:`capjudge.cli.panel`)."""
+    backend_help = "backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o"
+    if panel:
+        add_backend_option(p, backend_help)
+    else:
+        p.add_argument("--backend", required=True, help=backend_help)
     if method_default is None:
         p.add_argument("--method", required=True, help="judging method (see `capjudge methods`)")
     else:

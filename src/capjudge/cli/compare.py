@@ -31,7 +31,7 @@ from capjudge.errors import UsageError
 def register(sub: Any) -> None:
     """Add ``compare`` to an argparse subparsers object."""
     p = sub.add_parser("compare", help="A/B comparison of caption pairs (dual-sided or by grading)", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(p, method_default="gpt4v-pairwise")
+    add_common(p, method_default="gpt4v-pairwise", panel=True)
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption_a, caption_b[, id]")
     p.add_argument("--out", required=True, help="results JSONL")
     p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: ask both orders and vote (the GPT-4V evaluator paper); grading: higher single score wins; auto: by method")
@@ -104,5 +104,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             )
         )
         resume_note(con, plan)
+        if getattr(judge, "members", None) is not None:  # a panel: its judges and their agreement
+            from capjudge.cli.panel import print_panel
+
+            print_panel(con, judge, args.out)
     html_report(args)
     return finish(tally)

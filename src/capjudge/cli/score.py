@@ -31,7 +31,7 @@ from capjudge.errors import UsageError
 def register(sub: Any) -> None:
     """Add ``score`` to an argparse subparsers object."""
     p = sub.add_parser("score", help="score every caption of a JSONL/CSV file", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(p)
+    add_common(p, panel=True)
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption[, references, id]")
     p.add_argument("--out", required=True, help="results JSONL (one record per input row)")
     add_resume(p)
@@ -93,6 +93,10 @@ def cmd_score(args: argparse.Namespace) -> int:
         if tally.failed:
             con.print(f"[yellow]{tally.failed} sample(s) failed; their records have status \"error\" and say why.[/yellow]")
         resume_note(con, plan)
+        if getattr(judge, "members", None) is not None:  # a panel: its judges and their agreement
+            from capjudge.cli.panel import print_panel
+
+            print_panel(con, judge, args.out)
     html_report(args)
     return finish(tally)
 
