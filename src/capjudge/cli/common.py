@@ -304,9 +304,10 @@ def usage_rows(judge: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None) -> None:
-    """The options every judging command takes: backend, method, images, templates, cache, API, images."""
-    p.add_argument("--backend", required=True, help="backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o")
+def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None, backend_required: bool = True) -> None:
+    """The options every judging command takes: backend, method, images, templates, cache, API, images.
+    ``backend_required=False``: the command checks ``--backend`` itself (``arena --caparena-results`` needs none)."""
+    p.add_argument("--backend", required=backend_required, help="backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o")
     if method_default is None:
         p.add_argument("--method", required=True, help="judging method (see `capjudge methods`)")
     else:
