@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
@@ -299,43 +299,34 @@ class _DualRun:
     def _error(self, i: int, p: Pair | None, item: Any, message: str, **fields: Any) -> None:
         self.done.append((i, _pair_result(self.judge, i, p, item, "pairwise", verdict=None, status="error", error=message, **fields)))
 
-    def prepared(self, i: int, item: Any, first: Callable[[Pair], Sequence[str]]) -> tuple[Pair, LoadedImage, list[str]] | None:
-        """The pair, its image and the prompt of each order ``first(pair)`` lists (``"A"``: A
-        shown first); ``None`` when the pair became an error record."""
-        p, err = _parsed(i, item)
-        if p is None:
-            self._error(i, None, item, err or f"pair {i}: malformed")
-            return None
-        prep_a = self.judge.prepare_sample(i, Sample(p.image, p.caption_a, p.references, p.id), self.images)
-        prep_b = self.judge.prepare_sample(i, Sample(p.image, p.caption_b, p.references, p.id), self.images)
-        bad = prep_a.error or prep_b.error
-        if bad:
-            self._error(i, p, item, bad.replace("empty caption", "empty caption in the pair"))
-            return None
-        assert prep_a.image is not None
-        norm_a, norm_b = normalize_caption(p.caption_a), normalize_caption(p.caption_b)
-        try:
-            prompts = [self.tpl.render(caption_a=x, caption_b=y, references=list(p.references)) for x, y in ((norm_a, norm_b) if f == "A" else (norm_b, norm_a) for f in first(p))]
-        except TemplateError as exc:
-            self._error(i, p, item, f"pair {p.id or i}: {exc}")
-            return None
-        return p, prep_a.image, prompts
-
-    def max_new_tokens(self) -> int:
-        """The answer length: the pairwise method's own, 256 for the default pairwise template."""
-        return self.judge.method.max_new_tokens if self.judge.method.pairwise else 256
+    def orders(self, p: Pair, norm_a: str, norm_b: str) -> tuple[tuple[str, str], ...]:
+        """The captions in the order of each request: (A, B) then (B, A)."""
+        return ((norm_a, norm_b), (norm_b, norm_a))
 
     def start(self, batch: Sequence[tuple[int, Any]]) -> None:
         judge = self.judge
         for i, item in batch:
-            ready = self.prepared(i, item, lambda _: ("A", "B"))
-            if ready is None:
+            p, err = _parsed(i, item)
+            if p is None:
+                self._error(i, None, item, err or f"pair {i}: malformed")
                 continue
-            p, image, prompts = ready
-            got: list[Answer | None] = [None, None]
-            max_new = self.max_new_tokens()
+            prep_a = judge.prepare_sample(i, Sample(p.image, p.caption_a, p.references, p.id), self.images)
+            prep_b = judge.prepare_sample(i, Sample(p.image, p.caption_b, p.references, p.id), self.images)
+            bad = prep_a.error or prep_b.error
+            if bad:
+                self._error(i, p, item, bad.replace("empty caption", "empty caption in the pair"))
+                continue
+            assert prep_a.image is not None
+            norm_a, norm_b = normalize_caption(p.caption_a), normalize_caption(p.caption_b)
+            try:
+                prompts = [self.tpl.render(caption_a=first, caption_b=second, references=list(p.references)) for first, second in self.orders(p, norm_a, norm_b)]
+            except TemplateError as exc:
+                self._error(i, p, item, f"pair {p.id or i}: {exc}")
+                continue
+            got: list[Answer | None] = [None] * len(prompts)
+            max_new = judge.method.max_new_tokens if judge.method.pairwise else 256
             for order, prompt in enumerate(prompts):
-                self.executor.add(judge.request(prompt, image, max_new), functools.partial(self._answered, i, p, item, got, order, image))
+                self.executor.add(judge.request(prompt, prep_a.image, max_new), functools.partial(self._answered, i, p, item, got, order, prep_a.image))
 
     def _answered(self, i: int, p: Pair, item: Any, got: list[Answer | None], order: int, image: LoadedImage, out: Answer) -> None:
         got[order] = out
@@ -386,40 +377,42 @@ def _dual(judge: PairJudge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairRes
 
 class _SingleRun(_DualRun):
     """Single-order comparison (CapArena's protocol): each pair asked once, in the order
-    :func:`shown_first_of` gives; the verdict mapped back to the original labels."""
+    :func:`shown_first_of` gives (the requests are :class:`_DualRun`'s, one order of them); the
+    verdict mapped back to the original labels."""
 
     def batches(self, pairs: Iterable[Any]) -> Iterator[list[tuple[int, Any]]]:
         size = max(1, self.judge.batch_size) if isinstance(self.executor, BatchExecutor) else 1
         return read_windows(pairs, size)
+
+    def orders(self, p: Pair, norm_a: str, norm_b: str) -> tuple[tuple[str, str], ...]:
+        """The one order asked: A first or B first."""
+        return ((norm_a, norm_b),) if shown_first_of(p) == "A" else ((norm_b, norm_a),)
 
     def _error(self, i: int, p: Pair | None, item: Any, message: str, **fields: Any) -> None:
         if p is not None:
             fields["details"] = {"shown_first": shown_first_of(p), **(fields.get("details") or {})}
         self.done.append((i, _pair_result(self.judge, i, p, item, "single", verdict=None, status="error", error=message, **fields)))
 
-    def start(self, batch: Sequence[tuple[int, Any]]) -> None:
-        for i, item in batch:
-            ready = self.prepared(i, item, lambda p: (shown_first_of(p),))
-            if ready is None:
-                continue
-            p, image, prompts = ready
-            self.executor.add(self.judge.request(prompts[0], image, self.max_new_tokens()), functools.partial(self._one, i, p, item, image))
-
-    def _one(self, i: int, p: Pair, item: Any, image: LoadedImage, out: Answer) -> None:
+    def _answered(self, i: int, p: Pair, item: Any, got: list[Answer | None], order: int, image: LoadedImage, out: Answer) -> None:
         first = shown_first_of(p)
-        order = {"shown_first": first}
         if isinstance(out, BaseException):
-            self._error(i, p, item, f"pair {p.id or i}: backend error: {type(out).__name__}: {out}", details={**order, **failure_details(out)})
+            self._error(i, p, item, f"pair {p.id or i}: backend error: {type(out).__name__}: {out}", details=failure_details(out))
             return
         f = final_answer(out)
-        more: dict[str, Any] = {**order, **({k: v for k, v in reasoning_details(f).items() if k in ("reasoning", "reasoning_tokens")} if not f.plain else {})}
+        more: dict[str, Any] = {"shown_first": first}
+        if not f.plain:
+            more.update({k: v for k, v in reasoning_details(f).items() if k in ("reasoning", "reasoning_tokens")})
+        retried = list((out.meta or {}).get("format_retries") or [])
+        if retried:  # answers of a bad format, asked again (a method's format tries)
+            more["format_retries"] = [retried]
         if f.cut_off:
             self._error(i, p, item, f"pair {p.id or i}: the answer: {cut_off_message(f)}", raw=[f.raw], details=more)
             return
-        shown = parse_verdict(f.completion.text)  # the verdict on the captions as shown
+        shown, why = read_verdict(self.judge.method, f.completion.text)  # the verdict on the captions as shown
         vote = flip(shown) if first == "B" else shown
         if vote is None:
-            message = f"pair {p.id or i}: no verdict in the answer: {' '.join(f.completion.text.split())[:80]!r}{cached_note(out)}"
+            said = f" ({why}; {1 + len(retried)} tries)" if why else ""
+            message = f"pair {p.id or i}: no verdict in the answer{said}: {' '.join(f.completion.text.split())[:80]!r}{cached_note(out)}"
             self._error(i, p, item, message, votes=[None], raw=[f.raw], details=more)
             return
         details: dict[str, Any] = {"cached": [out.cached], **more}
@@ -427,6 +420,13 @@ class _SingleRun(_DualRun):
         if resized is not None:
             details["image_downscaled"] = resized
         self.done.append((i, _pair_result(self.judge, i, p, item, "single", verdict=vote, votes=[vote], raw=[f.raw], details=details)))
+
+
+def read_verdict(method: Method, text: str) -> tuple[Any, str | None]:
+    """The verdict of an answer by the method's reader (``"A"`` / ``"B"`` / ``"tie"`` or ``None``)
+    and what is wrong when there is none (``None`` here: :func:`capjudge.parsing.parse_verdict`
+    does not say)."""
+    return parse_verdict(text), None
 
 
 def _single(judge: PairJudge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
