@@ -370,6 +370,13 @@ class _DualRun:
         self.done.append((i, result))
 
 
+def read_verdict(method: Method, text: str) -> tuple[Any, str | None]:
+    """The verdict of an answer by the method's reader (``"A"`` / ``"B"`` / ``"tie"`` or ``None``)
+    and what is wrong when there is none (``None`` here: :func:`capjudge.parsing.parse_verdict`
+    does not say)."""
+    return parse_verdict(text), None
+
+
 def _dual(judge: PairJudge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
     run = _DualRun(judge)
     return drive(run.executor, run.batches(pairs), run.start, run.done)
@@ -420,13 +427,6 @@ class _SingleRun(_DualRun):
         if resized is not None:
             details["image_downscaled"] = resized
         self.done.append((i, _pair_result(self.judge, i, p, item, "single", verdict=vote, votes=[vote], raw=[f.raw], details=details)))
-
-
-def read_verdict(method: Method, text: str) -> tuple[Any, str | None]:
-    """The verdict of an answer by the method's reader (``"A"`` / ``"B"`` / ``"tie"`` or ``None``)
-    and what is wrong when there is none (``None`` here: :func:`capjudge.parsing.parse_verdict`
-    does not say)."""
-    return parse_verdict(text), None
 
 
 def _single(judge: PairJudge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
