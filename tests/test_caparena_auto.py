@@ -266,3 +266,25 @@ def test_single_order_request_matches_the_dual_order(tmp_path: Path) -> None:
     list(judge.compare_many([Pair(IMGS[0], "x one", "y two", ("ref",), "1", "B")], mode="single"))
     list(judge.compare_many([Pair(IMGS[0], "y two", "x one", ("ref",), "1")], mode="pairwise"))
     assert seen[0].fingerprint() == seen[1].fingerprint()
+
+
+def test_run_caparena_in_python(arena_files: tuple[Path, dict[str, Any], dict[str, Path]]) -> None:
+    from capjudge.arena import run_caparena
+    from capjudge.backends.scripted import ScriptedBackend
+    from capjudge.judges.judge import Judge
+
+    root, assign, models = arena_files
+
+    def prefer_good(req: Request) -> str:
+        text = req.messages[-1].content
+        first = text.split("Answer 1: ", 1)[1].split("\n", 1)[0]
+        return "Answer 1" if "good" in first else "Answer 2"
+
+    judge = Judge("gpt4v-pairwise", ScriptedBackend(prefer_good), images_root=str(root / "imgs"))
+    res = run_caparena({"Model-Test": models["Model-Test"]}, root / "caparena_auto_600.json", judge, bootstrap=0)
+    assert res.files == {}  # neither out nor caparena_out: nothing written
+    per = Counter(a["ref_model"] for k, a in assign.items() if k != "broken.jpg")
+    (entry,) = res.caparena.entries
+    assert entry.scores == {b: per[b] / 2 for b in BASELINES}
+    assert entry.score_avg == pytest.approx(sum(per.values()) / 2 / 3, abs=1e-9)
+    assert res.to_dict()["mode"] == "single" and len(judge.backend.calls) == sum(per.values())

@@ -219,8 +219,8 @@ class CapArenaResult:
 
 
 def run_caparena(
-    inp: ArenaInput,
-    assignments: Assignments,
+    models: ArenaInput | Mapping[str, str | Path],
+    assignments: Assignments | str | Path,
     judge: Any,
     *,
     out: str | Path | None = None,
@@ -235,9 +235,21 @@ def run_caparena(
 ) -> CapArenaResult:
     """Judge CapArena-Auto's battles of ``inp``'s models with ``judge`` (single order; records in
     ``out``, resumable), write them in CapArena's format to ``caparena_out`` (default: beside
-    ``out``, :func:`caparena_dir`; none without either) and score them."""
+    ``out``, :func:`caparena_dir`; none without either) and score them. ``models``: name ->
+    captions file (CapArena's ``{"test_00001.jpg": caption}`` or an arena captions file), or an
+    :class:`~capjudge.arena.load.ArenaInput`; ``assignments``: the file or :func:`load_assignments`'s result.
+
+    >>> res = run_caparena({"MyModel": "my_results.json"}, "caparena_auto_600.json",
+    ...                    Judge("caparena", "openai:gpt-4o-2024-08-06", images_root="all_images"),
+    ...                    out="battles.jsonl")                                     # doctest: +SKIP
+    >>> [(e.model, e.score_avg) for e in res.caparena.entries]                    # doctest: +SKIP
+    """
+    from capjudge.arena.load import load_model_files
     from capjudge.judges.pairwise import run_fields
 
+    inp = models if isinstance(models, ArenaInput) else load_model_files([(name, str(path)) for name, path in models.items()])
+    if not isinstance(assignments, Assignments):
+        assignments = load_assignments(assignments)
     plan = plan_caparena(inp, assignments, seed=seed)
     fields = run_fields(judge, "single")
     run: BattleRun = run_battles(judge, plan, mode="single", out=out, overwrite=overwrite, retry_errors=retry_errors, progress=progress)
@@ -250,8 +262,8 @@ def run_caparena(
             errors.append(str(exc))
     target = caparena_out if caparena_out is not None else (caparena_dir(out) if out is not None else None)
     files = write_entries(target, entries) if target is not None else {}
-    models = list(inp.models) + [b for b in BASELINES if b not in inp.models and any(a.ref_model == b for a in assignments.items.values())]
-    board = rank(run.records, models, ties=ties, bootstrap=bootstrap, seed=seed, elo_k=elo_k)
+    ranked = list(inp.models) + [b for b in BASELINES if b not in inp.models and any(a.ref_model == b for a in assignments.items.values())]
+    board = rank(run.records, ranked, ties=ties, bootstrap=bootstrap, seed=seed, elo_k=elo_k)
     for e in board.entries:
         e["missing"] = plan.not_asked.get(e["model"], 0)
     board.notes = summary_notes(inp, plan, run) + board.notes

@@ -177,7 +177,7 @@ def read_results(directory: str | Path, models: Sequence[str] | None = None) -> 
     for path in paths:
         model = path.name[: -len(".json")]
         try:
-            data = json.loads(path.read_bytes().decode("utf-8"))
+            data = json.loads(path.read_bytes().decode("utf-8-sig"))
         except FileNotFoundError:
             errors.append(f"{path}: no battle file for model {model!r}")
             continue
