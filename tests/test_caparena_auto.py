@@ -235,6 +235,14 @@ def test_protocol_usage_errors(arena_files: tuple[Path, dict[str, Any], dict[str
     assert main([*base, *assign, "--models", *spec, "--method", "gpt4v-pairwise", "--bootstrap", "0"]) == 0
     assert json.loads((root / "b.caparena" / "Model-Test.json").read_text())
     assert main(["arena", "--caparena-results", str(root / "b.caparena"), "--out", "x.jsonl"]) == 2
+    # The other protocols by name; CapArena options outside their protocol.
+    ex = ROOT / "examples"
+    plain = ["arena", "--input", str(ex / "arena.jsonl"), "--backend", "scripted:Answer 1", "--images", str(ex / "images"), "--quiet", "--bootstrap", "0", "--no-cache"]
+    assert main([*plain, "--protocol", "round-robin", "--out", str(root / "rr.jsonl")]) == 0
+    rr = [json.loads(line) for line in (root / "rr.jsonl").read_text().splitlines()]
+    assert any("human" not in (r["model_a"], r["model_b"]) for r in rr)  # every pair, not only against one
+    assert main([*plain, "--protocol", "baseline", "--out", str(root / "x.jsonl")]) == 2  # no --baseline NAME
+    assert main([*plain, "--baseline", "human", *assign, "--out", str(root / "y.jsonl")]) == 2
 
 
 def test_assignments_and_judgment_text(tmp_path: Path) -> None:

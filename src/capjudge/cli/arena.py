@@ -5,7 +5,8 @@ here (``capjudge --help`` stays fast). Exit codes as ``capjudge compare``: 0 don
 could not start, 2 usage error (found before the backend is built: unknown baseline, fewer than
 two models, a missing model file, both or neither of ``--baseline`` / ``--round-robin``, a battles
 file written by another judge), 3 battles failed for backend reasons (re-run to resume), 130
-interrupted.
+interrupted. ``--protocol caparena-auto`` and ``--caparena-results`` are
+:mod:`capjudge.cli.arena_caparena` (``--caparena-results``: 2 when a battle file could not be scored).
 """
 
 from __future__ import annotations
