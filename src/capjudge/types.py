@@ -151,7 +151,7 @@ class PairResult(_Record):
     backend: str
     model: str
     template_hash: str
-    mode: Literal["pairwise", "grading"] = "pairwise"
+    mode: Literal["pairwise", "grading", "single"] = "pairwise"
     votes: list[str | None] = field(default_factory=list)
     scores: tuple[float | None, float | None] | None = None
     raw: list[str | None] = field(default_factory=list)

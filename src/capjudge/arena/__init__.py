@@ -9,7 +9,9 @@ Modules, one job each: :mod:`~capjudge.arena.load` (the models' captions, matche
 :mod:`~capjudge.arena.battles` (which battles, who is shown first, judging them with resume),
 :mod:`~capjudge.arena.ranking` (win rate, Bradley-Terry, Elo, bootstrap CIs, length check),
 :mod:`~capjudge.arena.run` (:func:`run_arena`), :mod:`~capjudge.arena.report` (the HTML page),
-:mod:`~capjudge.arena.formats` (how its numbers are shown); the subcommand is
+:mod:`~capjudge.arena.formats` (how its numbers are shown), :mod:`~capjudge.arena.caparena`
+(CapArena-Auto's protocol, :func:`run_caparena`) and :mod:`~capjudge.arena.caparena_files`
+(CapArena's battle files, scored as ``caparena_auto_scores.py``); the subcommand is
 :mod:`capjudge.cli.arena`. Nothing heavy is imported until used.
 """
 
@@ -26,6 +28,9 @@ _LAZY = {
     "rank": "capjudge.arena.ranking",
     "fit_bradley_terry": "capjudge.arena.ranking",
     "elo_ratings": "capjudge.arena.ranking",
+    "run_caparena": "capjudge.arena.caparena",
+    "load_assignments": "capjudge.arena.caparena",
+    "CapArenaResult": "capjudge.arena.caparena",
 }
 
 __all__ = sorted(_LAZY)

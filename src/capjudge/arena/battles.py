@@ -6,7 +6,7 @@ images are taken whole (every battle of an image, so that the bootstrap over ima
 honest) in a seeded order until the next image would pass the budget.
 
 Who is shown first: the orders are both asked (dual-sided) but the record's ``model_a`` is the
-caption shown first in the first order. It is decided per battle by a seeded hash of the image and
+caption shown first in the first order (with ``mode="single"``, the one order asked). It is decided per battle by a seeded hash of the image and
 the two model names, never by the order the models were listed in: about half the battles show
 each model first, and adding a model changes no existing battle.
 
@@ -20,13 +20,13 @@ with their captions, whichever was shown first.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from capjudge.arena.load import ArenaInput, ArenaInputError
+from capjudge.judges.voting import seeded_digest, seeded_first
 
 Key = tuple[Any, ...]
 
@@ -41,10 +41,14 @@ class Battle:
     model_b: str
     caption_a: str
     caption_b: str
+    references: tuple[str, ...] = ()  # shown to the judge (CapArena-Auto: the human caption)
 
     def row(self) -> dict[str, Any]:
         """The battle as a pairs row (``id`` is the image's id, or its path)."""
-        return {"id": self.item, "image": self.image, "caption_a": self.caption_a, "caption_b": self.caption_b, "model_a": self.model_a, "model_b": self.model_b}
+        row: dict[str, Any] = {"id": self.item, "image": self.image, "caption_a": self.caption_a, "caption_b": self.caption_b, "model_a": self.model_a, "model_b": self.model_b}
+        if self.references:
+            row["references"] = list(self.references)
+        return row
 
 
 def battle_key(row: dict[str, Any]) -> Key:
@@ -54,14 +58,10 @@ def battle_key(row: dict[str, Any]) -> Key:
     return ("battle", str(row.get("id")), str(row.get("image")), tuple(sides))
 
 
-def _digest(*parts: Any) -> bytes:
-    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode("utf-8")).digest()
-
-
 def shown_first(seed: int, item: str, m1: str, m2: str) -> str:
-    """Which of two models is shown first in a battle: a seeded hash of the image and the pair."""
-    lo, hi = sorted((m1, m2))
-    return lo if _digest("first", seed, item, lo, hi)[0] & 1 else hi
+    """Which of two models is shown first in a battle: a seeded hash of the image and the pair
+    (:func:`capjudge.judges.voting.seeded_first`)."""
+    return seeded_first(seed, item, m1, m2)
 
 
 @dataclass
@@ -106,7 +106,7 @@ def plan_battles(inp: ArenaInput, *, baseline: str | None = None, round_robin: b
             ca, cb = (cx, cy) if first == x else (cy, cx)
             by_image.setdefault(cx.image, []).append(Battle(item, cx.image, a, b, ca.caption, cb.caption))
     # Images in a seeded order that does not depend on the models: a budget takes a prefix of it.
-    images = sorted(by_image, key=lambda im: _digest("image", seed, im))
+    images = sorted(by_image, key=lambda im: seeded_digest("image", seed, im))
     battles: list[Battle] = []
     taken = 0
     for im in images:
@@ -168,9 +168,12 @@ def run_battles(
     got: dict[int, dict[str, Any]] = dict(resume.kept)
     asked: list[dict[str, Any]] = []
 
+    # Single order: model_a, the model a seeded hash chose (shown_first), is shown first.
+    first = "A" if mode == "single" else None
+
     def stream(battle_rows: list[dict[str, Any]]) -> Iterator[tuple[int, dict[str, Any]]]:
-        battles = [Battle(r["id"], r["image"], r["model_a"], r["model_b"], r["caption_a"], r["caption_b"]) for r in battle_rows]
-        pairs = [Pair(b.image, b.caption_a, b.caption_b, (), b.item) for b in battles]
+        battles = [Battle(r["id"], r["image"], r["model_a"], r["model_b"], r["caption_a"], r["caption_b"], tuple(r.get("references") or ())) for r in battle_rows]
+        pairs = [Pair(b.image, b.caption_a, b.caption_b, b.references, b.item, first) for b in battles]
         for k, res in judge.compare_stream(pairs, mode=mode):
             yield k, battle_record(battles[k], res)
 

@@ -1,5 +1,6 @@
 """The captions of the models in an arena: one file per model (``NAME=PATH``), or one file with a
-``model`` column; rows ``image``, ``caption``, optional ``id`` (JSONL, CSV or a JSON list).
+``model`` column; rows ``image``, ``caption``, optional ``id`` (JSONL, CSV or a JSON list), or
+CapArena's captions file (a JSON object ``{"test_00001.jpg": caption}``).
 
 Captions are matched across models by ``id`` when every row of every model has one, else by the
 image path. A model that has no caption for an image the others captioned is counted, never
@@ -10,6 +11,7 @@ for one model, one id with two different images) is an :class:`ArenaInputError`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -77,9 +79,29 @@ def _unique(names: Sequence[str]) -> None:
         seen.add(n)
 
 
+def caption_map(path: str | Path) -> dict[str, Any] | None:
+    """A captions file in CapArena's format, ``{"test_00001.jpg": caption, ...}`` (a ``.json``
+    file holding one object), as that object; ``None`` for any other file."""
+    p = Path(path)
+    if p.suffix.lower() != ".json" or not p.is_file():
+        return None
+    try:
+        data = json.loads(p.read_bytes().decode("utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return None  # read_rows names the problem
+    return data if isinstance(data, dict) else None
+
+
 def _rows(path: str | Path) -> Iterable[tuple[int, dict[str, Any] | str]]:
-    """``(line, row)`` or ``(line, error text)`` for each row of an input file."""
+    """``(line, row)`` or ``(line, error text)`` for each row of an input file (a CapArena
+    caption map: one row per image, ``id`` and ``image`` the file name)."""
     from capjudge.io import BadRow, InputFormatError, read_rows
+
+    mapping = caption_map(path)
+    if mapping is not None:
+        for n, (image, caption) in enumerate(mapping.items(), start=1):
+            yield n, {"id": image, "image": image, "caption": caption}
+        return
 
     try:
         for n, row in enumerate(read_rows(path), start=1):

@@ -5,7 +5,8 @@ here (``capjudge --help`` stays fast). Exit codes as ``capjudge compare``: 0 don
 could not start, 2 usage error (found before the backend is built: unknown baseline, fewer than
 two models, a missing model file, both or neither of ``--baseline`` / ``--round-robin``, a battles
 file written by another judge), 3 battles failed for backend reasons (re-run to resume), 130
-interrupted.
+interrupted. ``--protocol caparena-auto`` and ``--caparena-results`` are
+:mod:`capjudge.cli.arena_caparena` (``--caparena-results``: 2 when a battle file could not be scored).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import json
 import time
 from typing import Any
 
+from capjudge.cli import arena_caparena as caparena
 from capjudge.cli.common import (
     EXIT_CODES_HELP,
     add_common,
@@ -53,6 +55,7 @@ def register(subparsers: Any) -> None:
 
     p = subparsers.add_parser("arena", **ARENA_PARSER)
     add_common(p, method_default="gpt4v-pairwise", panel=True)
+    p.set_defaults(method=None)  # gpt4v-pairwise, or caparena with --protocol caparena-auto
     src = p.add_argument_group("captions (one of)")
     src.add_argument("--models", nargs="+", metavar="NAME=PATH", help="one captions file per model (JSONL/CSV: image, caption[, id])")
     src.add_argument("--input", default=None, metavar="FILE", help="one captions file with a model column (model, image, caption[, id])")
@@ -62,7 +65,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--budget", type=int, default=None, metavar="N", help="at most N battles: whole images, in a seeded order")
     p.add_argument("--seed", type=int, default=0, help="seed of the image sample, who is shown first, the Elo order and the bootstrap (default 0)")
     p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: both orders asked, votes combined; grading: higher single score wins (a scoring --method); auto: by method")
-    p.add_argument("--out", required=True, metavar="BATTLES.jsonl", help="battle records (written as they complete; a re-run resumes)")
+    p.add_argument("--out", default=None, metavar="BATTLES.jsonl", help="battle records (written as they complete; a re-run resumes); needed unless --caparena-results")
     add_resume(p)
     p.add_argument("--format", choices=FORMATS, default="table", help="table (default) or one JSON object on the last line")
     p.add_argument("--bootstrap", type=int, default=1000, metavar="N", help="bootstrap resamples of the images for 95%% CIs (default 1000; 0: none)")
@@ -70,6 +73,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--elo-k", type=float, default=4.0, metavar="K", help="Elo K factor (default 4)")
     p.add_argument("--length-controlled", action="store_true", help="add a length-controlled win rate (alpaca_eval style)")
     add_html_option(p)
+    caparena.add_options(p)
     p.set_defaults(func=cmd_arena)
 
 
@@ -85,6 +89,17 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
     )
     from capjudge.preflight import check_input
 
+    if args.protocol == "round-robin":
+        args.round_robin = True
+    elif args.protocol == "baseline" and args.baseline is None:
+        raise UsageError("--protocol baseline needs --baseline NAME")
+    missing = [flag for flag, v in (("--out BATTLES.jsonl", args.out), ("--backend", args.backend or args.panel)) if not v]
+    if missing:
+        raise UsageError(f"arena needs {', '.join(missing)}")
+    for flag in ("assignments", "caparena_out"):
+        if getattr(args, flag) is not None:
+            raise UsageError(f"--{flag.replace('_', '-')} goes with --protocol caparena-auto")
+    args.method = args.method or "gpt4v-pairwise"
     method = method_with_template(args.method, args.template, args.template_file)
     if args.mode == "grading" and method.kind != "score":
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
@@ -113,6 +128,8 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
 
 def cmd_arena(args: argparse.Namespace) -> int:
     """``capjudge arena``: judge the battles, print the leaderboard."""
+    if caparena.wanted(args):
+        return caparena.cmd(args, _print_table, _as_result)
     from capjudge.arena.run import run_arena
     from capjudge.outfile import ResumeConflict
     from capjudge.summary import RunTally

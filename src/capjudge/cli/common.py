@@ -315,14 +315,16 @@ def usage_rows(judge: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None, panel: bool = False) -> None:
+def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None, panel: bool = False, backend_required: bool = True) -> None:
     """The options every judging command takes: backend, method, images, templates, cache, API, images;
-    with ``panel``, ``--backend`` repeatable and the ``--panel*`` options (:mod:`capjudge.cli.panel`)."""
+    with ``panel``, ``--backend`` repeatable and the ``--panel*`` options (:mod:`capjudge.cli.panel`;
+    the panel's checks then ask for a backend). ``backend_required=False``: the command checks
+    ``--backend`` itself (``arena --caparena-results`` needs none)."""
     backend_help = "backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o"
     if panel:
         add_backend_option(p, backend_help)
     else:
-        p.add_argument("--backend", required=True, help=backend_help)
+        p.add_argument("--backend", required=backend_required, help=backend_help)
     if method_default is None:
         p.add_argument("--method", required=True, help="judging method (see `capjudge methods`)")
     else:

@@ -35,6 +35,8 @@ def register(sub: Any) -> None:
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption_a, caption_b[, id]")
     p.add_argument("--out", required=True, help="results JSONL")
     p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: ask both orders and vote (the GPT-4V evaluator paper); grading: higher single score wins; auto: by method")
+    p.add_argument("--order", choices=("dual", "single"), default="dual", help="dual (default): both orders asked and voted; single: each pair asked once, the caption shown first chosen by a seeded hash of the image and the two captions (recorded in details.shown_first; a shown_first column A/B fixes it)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the shown-first choice of --order single (default 0)")
     add_resume(p)
     batch.add_batch_options(p)
     add_html_option(p)
@@ -44,7 +46,7 @@ def register(sub: Any) -> None:
 def cmd_compare(args: argparse.Namespace) -> int:
     """``capjudge compare``."""
     from capjudge.inputcheck import load_items
-    from capjudge.judges.pairwise import run_fields
+    from capjudge.judges.pairwise import run_fields, with_order
     from capjudge.outfile import pair_key
     from capjudge.runner import kept_results, planning_pass, resume_plan, run_rows
     from capjudge.summary import RunTally
@@ -54,6 +56,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     mode = args.mode if args.mode != "auto" else None
     if mode == "grading" and method.kind != "score":
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
+    if args.order == "single":
+        if mode == "grading":
+            raise UsageError("--order single asks one order of a pairwise comparison: it does not go with --mode grading")
+        mode = "single"
     preflight(args, inputs=[(args.input, ("image", "caption_a", "caption_b"))], out=args.out, reports=[("--html", args.html)], out_kind="pair")
     batch.check_batch_args(args)
     rows = load_items(args.input, pairs=True)  # no rows, or an id twice: exit 2
@@ -70,6 +76,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             return PairResult(image="", caption_a="", caption_b="", verdict=None, method=run["method"], backend=judge.backend_spec, model=judge.backend.model, template_hash=run["template_hash"], mode=run["mode"], status="error", error=row.error, id=row.id or str(row.line))
 
         def stream(pairs: list[Any]) -> Iterator[tuple[int, Any]]:
+            if mode == "single":
+                pairs = [with_order(p, args.seed) for p in pairs]
             return judge.compare_stream(pairs, mode=mode)  # type: ignore[no-any-return]
 
         with batch.batch_run(session, args, planning_pass(judge.backend, rows, plan, stream)) as outcome:

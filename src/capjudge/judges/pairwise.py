@@ -8,10 +8,15 @@ so this module never imports ``judge.py``: the dependency goes one way.
 Dual-sided: the pair is asked twice, (A, B) and (B, A); the second verdict is mapped back to the
 original labels and the two are combined with :func:`~capjudge.judges.voting.dual_sided_vote`.
 Grading: both captions are scored with the judge's method and the higher score wins.
+Single order (``mode="single"``, CapArena's protocol): the pair is asked once, the caption shown
+first chosen by a seeded hash of the image and the two captions (:func:`shown_first_of`) unless
+the pair fixes it (``Pair.first``); the verdict is mapped back to the original labels and the
+record says which caption was shown first (``details["shown_first"]``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections import deque
 from collections.abc import Iterable, Iterator, Sequence
@@ -32,7 +37,12 @@ from capjudge.judges.invariants import pair_problem
 from capjudge.judges.reasoning import cut_off_message, final_answer, reasoning_details
 from capjudge.judges.records import cached_note
 from capjudge.judges.scoring import ImageMemo, read_windows
-from capjudge.judges.voting import dual_sided_vote, flip, verdict_from_scores
+from capjudge.judges.voting import (
+    dual_sided_vote,
+    flip,
+    seeded_first,
+    verdict_from_scores,
+)
 from capjudge.parsing import parse_verdict
 from capjudge.prompts.registry import Method, TemplateError, get_template
 from capjudge.types import (
@@ -44,7 +54,7 @@ from capjudge.types import (
     normalize_caption,
 )
 
-CompareMode = Literal["pairwise", "grading"]
+CompareMode = Literal["pairwise", "grading", "single"]
 
 DEFAULT_PAIRWISE_TEMPLATE = "gpt4v_pairwise"
 
@@ -83,8 +93,8 @@ class PairJudge(Protocol):
 
 def resolve_mode(method: Method, mode: CompareMode | None) -> CompareMode:
     """The comparison mode a run uses: ``mode``, or by the method's kind (``"pairwise"`` for
-    pairwise methods, ``"grading"`` for scoring methods). ``ValueError`` when grading is asked of a
-    method that does not score single captions."""
+    pairwise methods, ``"grading"`` for scoring methods); ``"single"`` (one order per pair) only
+    when asked. ``ValueError`` when grading is asked of a method that does not score single captions."""
     resolved: CompareMode = mode or ("pairwise" if method.pairwise else "grading")
     if resolved == "grading" and method.kind != "score":
         raise ValueError(f"comparison by grading needs a scoring method, not {method.name!r}")
@@ -100,13 +110,39 @@ def run_fields(judge: PairJudge, mode: CompareMode | None = None) -> dict[str, A
 
 @dataclass(frozen=True)
 class Pair:
-    """Two captions of one image to compare; ``caption_a`` is shown first in the first order."""
+    """Two captions of one image to compare; ``caption_a`` is shown first in the first order.
+    ``first`` (``"A"`` or ``"B"``) fixes the caption shown first in single-order comparison (none:
+    a seeded hash decides, :func:`shown_first_of`)."""
 
     image: ImageInput
     caption_a: str
     caption_b: str
     references: tuple[str, ...] = ()
     id: str | None = None
+    first: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.first not in (None, "A", "B"):
+            raise ValueError(f"shown_first must be 'A' or 'B', not {self.first!r}")
+
+
+def shown_first_of(pair: Pair, seed: int = 0) -> str:
+    """``"A"`` or ``"B"``: the caption a single-order comparison shows first, ``pair.first`` when
+    the caller fixed it, else a seeded hash of the image and the two captions
+    (:func:`capjudge.judges.voting.seeded_first`, the arena's choice of who is shown first)."""
+    if pair.first is not None:
+        return pair.first
+    return "A" if seeded_first(seed, image_label(pair.image), pair.caption_a, pair.caption_b) == pair.caption_a else "B"
+
+
+def with_order(item: Pair | dict[str, Any] | tuple[Any, ...], seed: int) -> Any:
+    """``item`` as a :class:`Pair` whose ``first`` is fixed by ``seed`` (a malformed item is given
+    back as it is, to become its error record)."""
+    try:
+        p = _as_pair(item)
+    except (KeyError, TypeError, ValueError):
+        return item
+    return dataclasses.replace(p, first=shown_first_of(p, seed))
 
 
 def _as_pair(item: Pair | dict[str, Any] | tuple[Any, ...]) -> Pair:
@@ -114,7 +150,8 @@ def _as_pair(item: Pair | dict[str, Any] | tuple[Any, ...]) -> Pair:
         return item
     if isinstance(item, dict):
         refs = item.get("references") or ()
-        return Pair(item["image"], item["caption_a"], item["caption_b"], (refs,) if isinstance(refs, str) else tuple(refs), item.get("id"))
+        first = item.get("shown_first")
+        return Pair(item["image"], item["caption_a"], item["caption_b"], (refs,) if isinstance(refs, str) else tuple(refs), item.get("id"), first if first not in ("", None) else None)
     if isinstance(item, (tuple, list)):
         return Pair(*item)
     raise TypeError(f"a pair is a Pair, a dict or a tuple (image, caption_a, caption_b), not {type(item).__name__}")
@@ -133,7 +170,8 @@ def compare(
     """Which caption describes the image better: ``"A"``, ``"B"`` or ``"tie"``.
 
     ``mode=None`` picks dual-sided ``"pairwise"`` for pairwise methods and ``"grading"`` (the
-    higher single score wins, the GPT-4V evaluator paper) for scoring methods. Never raises for bad input.
+    higher single score wins, the GPT-4V evaluator paper) for scoring methods; ``"single"`` asks one
+    order (seed 0 picks it, see :func:`shown_first_of`). Never raises for bad input.
     """
     return next(iter(compare_many(judge, [Pair(image, caption_a, caption_b, tuple(references), id)], mode=mode)))
 
@@ -152,9 +190,15 @@ def compare_stream(
 
     Dual-sided pairs go to the backend as ``score_stream`` sends captions: in batches of whole
     pairs for backends that batch, through a sliding window for API backends. Comparison by grading
-    scores both captions through :meth:`Judge.score_stream`.
+    scores both captions through :meth:`Judge.score_stream`. Single order asks each pair once, the
+    caption shown first fixed by the pair or chosen with seed 0 (:func:`with_order` fixes another seed).
     """
-    return _graded(judge, pairs) if resolve_mode(judge.method, mode) == "grading" else _dual(judge, pairs)
+    resolved = resolve_mode(judge.method, mode)
+    if resolved == "grading":
+        return _graded(judge, pairs)
+    if resolved == "single":
+        return _single(judge, pairs)
+    return _dual(judge, pairs)
 
 
 def _pair_result(judge: PairJudge, index: int, pair: Pair | None, raw_item: Any, mode: CompareMode, **fields: Any) -> PairResult:
@@ -255,6 +299,10 @@ class _DualRun:
     def _error(self, i: int, p: Pair | None, item: Any, message: str, **fields: Any) -> None:
         self.done.append((i, _pair_result(self.judge, i, p, item, "pairwise", verdict=None, status="error", error=message, **fields)))
 
+    def orders(self, p: Pair, norm_a: str, norm_b: str) -> tuple[tuple[str, str], ...]:
+        """The captions in the order of each request: (A, B) then (B, A)."""
+        return ((norm_a, norm_b), (norm_b, norm_a))
+
     def start(self, batch: Sequence[tuple[int, Any]]) -> None:
         judge = self.judge
         for i, item in batch:
@@ -271,11 +319,11 @@ class _DualRun:
             assert prep_a.image is not None
             norm_a, norm_b = normalize_caption(p.caption_a), normalize_caption(p.caption_b)
             try:
-                prompts = [self.tpl.render(caption_a=first, caption_b=second, references=list(p.references)) for first, second in ((norm_a, norm_b), (norm_b, norm_a))]
+                prompts = [self.tpl.render(caption_a=first, caption_b=second, references=list(p.references)) for first, second in self.orders(p, norm_a, norm_b)]
             except TemplateError as exc:
                 self._error(i, p, item, f"pair {p.id or i}: {exc}")
                 continue
-            got: list[Answer | None] = [None, None]
+            got: list[Answer | None] = [None] * len(prompts)
             max_new = judge.method.max_new_tokens if judge.method.pairwise else 256
             for order, prompt in enumerate(prompts):
                 self.executor.add(judge.request(prompt, prep_a.image, max_new), functools.partial(self._answered, i, p, item, got, order, prep_a.image))
@@ -322,6 +370,65 @@ class _DualRun:
         self.done.append((i, result))
 
 
+def read_verdict(method: Method, text: str) -> tuple[Any, str | None]:
+    """The verdict of an answer by the method's reader (``"A"`` / ``"B"`` / ``"tie"`` or ``None``)
+    and what is wrong when there is none (``None`` here: :func:`capjudge.parsing.parse_verdict`
+    does not say)."""
+    return parse_verdict(text), None
+
+
 def _dual(judge: PairJudge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
     run = _DualRun(judge)
+    return drive(run.executor, run.batches(pairs), run.start, run.done)
+
+
+class _SingleRun(_DualRun):
+    """Single-order comparison (CapArena's protocol): each pair asked once, in the order
+    :func:`shown_first_of` gives (the requests are :class:`_DualRun`'s, one order of them); the
+    verdict mapped back to the original labels."""
+
+    def batches(self, pairs: Iterable[Any]) -> Iterator[list[tuple[int, Any]]]:
+        size = max(1, self.judge.batch_size) if isinstance(self.executor, BatchExecutor) else 1
+        return read_windows(pairs, size)
+
+    def orders(self, p: Pair, norm_a: str, norm_b: str) -> tuple[tuple[str, str], ...]:
+        """The one order asked: A first or B first."""
+        return ((norm_a, norm_b),) if shown_first_of(p) == "A" else ((norm_b, norm_a),)
+
+    def _error(self, i: int, p: Pair | None, item: Any, message: str, **fields: Any) -> None:
+        if p is not None:
+            fields["details"] = {"shown_first": shown_first_of(p), **(fields.get("details") or {})}
+        self.done.append((i, _pair_result(self.judge, i, p, item, "single", verdict=None, status="error", error=message, **fields)))
+
+    def _answered(self, i: int, p: Pair, item: Any, got: list[Answer | None], order: int, image: LoadedImage, out: Answer) -> None:
+        first = shown_first_of(p)
+        if isinstance(out, BaseException):
+            self._error(i, p, item, f"pair {p.id or i}: backend error: {type(out).__name__}: {out}", details=failure_details(out))
+            return
+        f = final_answer(out)
+        more: dict[str, Any] = {"shown_first": first}
+        if not f.plain:
+            more.update({k: v for k, v in reasoning_details(f).items() if k in ("reasoning", "reasoning_tokens")})
+        retried = list((out.meta or {}).get("format_retries") or [])
+        if retried:  # answers of a bad format, asked again (a method's format tries)
+            more["format_retries"] = [retried]
+        if f.cut_off:
+            self._error(i, p, item, f"pair {p.id or i}: the answer: {cut_off_message(f)}", raw=[f.raw], details=more)
+            return
+        shown, why = read_verdict(self.judge.method, f.completion.text)  # the verdict on the captions as shown
+        vote = flip(shown) if first == "B" else shown
+        if vote is None:
+            said = f" ({why}; {1 + len(retried)} tries)" if why else ""
+            message = f"pair {p.id or i}: no verdict in the answer{said}: {' '.join(f.completion.text.split())[:80]!r}{cached_note(out)}"
+            self._error(i, p, item, message, votes=[None], raw=[f.raw], details=more)
+            return
+        details: dict[str, Any] = {"cached": [out.cached], **more}
+        resized = image.downscale_details()
+        if resized is not None:
+            details["image_downscaled"] = resized
+        self.done.append((i, _pair_result(self.judge, i, p, item, "single", verdict=vote, votes=[vote], raw=[f.raw], details=details)))
+
+
+def _single(judge: PairJudge, pairs: Iterable[Any]) -> Iterator[tuple[int, PairResult]]:
+    run = _SingleRun(judge)
     return drive(run.executor, run.batches(pairs), run.start, run.done)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Sequence
 from typing import Any
@@ -14,6 +15,20 @@ VERDICTS: tuple[str, ...] = ("A", "B", "tie")
 def flip(verdict: str | None) -> str | None:
     """Map a verdict given with the captions swapped back to the original labels."""
     return {"A": "B", "B": "A"}.get(verdict, verdict) if verdict else verdict
+
+
+def seeded_digest(*parts: object) -> bytes:
+    """A seeded hash of ``parts`` (SHA-256 of their text joined by U+001F): the one source of the
+    arena's and single-order comparison's seeded choices."""
+    return hashlib.sha256("\x1f".join(str(p) for p in parts).encode("utf-8")).digest()
+
+
+def seeded_first(seed: int, key: str, x: str, y: str) -> str:
+    """Which of ``x`` and ``y`` is shown first: a seeded hash of ``key`` (the image) and the
+    unordered pair, so the answer does not depend on the order they are given in. The arena calls it
+    with two model names, single-order comparison with the two captions."""
+    lo, hi = sorted((x, y))
+    return lo if seeded_digest("first", seed, key, lo, hi)[0] & 1 else hi
 
 
 def dual_sided_vote(first: str | None, second: str | None) -> Verdict:
