@@ -294,30 +294,36 @@ TEMPLATE_01 = "Rate how well the caption fits the image from 0.0 to 1.0.\nCaptio
 
 @pytest.mark.hf
 @pytest.mark.slow
-def test_tiny_hf_per_digit_equals_the_models_own_distributions(hf_backend: Any, example_images: list[Path]) -> None:
+@pytest.mark.parametrize("which", ["vanilla 0-100", "user template 0-1"])
+def test_tiny_hf_per_digit_equals_the_models_own_distributions(which: str, hf_backend: Any, example_images: list[Path]) -> None:
+    # The tiny model answers "0.xy" (one digit per token): on vanilla's 0-100 scale that is the
+    # number 0.xy, whose units digit may be any digit; on a 0-1 user template only 0 keeps it on the scale.
     import torch
     from transformers import AutoProcessor
 
     from capjudge.images import load_image, pad_to_square
-    from capjudge.prompts import LLAVA_V1_SYSTEM, register_template
+    from capjudge.prompts import LLAVA_V1_SYSTEM, get_template, register_template
 
-    register_template("expected-test-0to1", TEMPLATE_01, overwrite=True)
-    method = get_method("vanilla").with_options(name="vanilla+0to1", template="expected-test-0to1", scale=(0.0, 1.0))
+    if which == "vanilla 0-100":
+        method = get_method("vanilla")
+    else:
+        register_template("expected-test-0to1", TEMPLATE_01, overwrite=True)
+        method = get_method("vanilla").with_options(name="vanilla+0to1", template="expected-test-0to1", scale=(0.0, 1.0))
+    low, high = method.scale
     judge = Judge(method, hf_backend, method_options={"score": "expected"})
     captions = ["an orange cat and a grey cat are lying together.", "three horses run across a snowy field.", "a red bus on a city street.", "a black dog wearing headphones."]
     samples = [Sample(example_images[i % 2], c) for i, c in enumerate(captions)]
     results = list(judge.score_many(samples))
     proc = AutoProcessor.from_pretrained(hf_backend.model)
     digit_ids = [proc.tokenizer.convert_tokens_to_ids(str(d)) for d in range(10)]
-    checked = 0
     for sample, r in zip(samples, results):
         assert r.status == "ok", r.error
-        assert r.smoothed and r.details["expected"]["rule"] == "per-digit"
+        assert r.smoothed and r.details["expected"]["rule"] == "per-digit" and r.details["method_options"] == {"score": "expected"}
         comp = hf_backend.generate_one(judge.requests.score_request(judge.prepare_sample(0, sample)))
         assert comp.text == r.raw
         generated = hf_backend.tokenizer.convert_tokens_to_ids([s.token for s in comp.steps])
         # Outside capjudge: one teacher-forced forward pass over prompt + answer.
-        prompt = f"{LLAVA_V1_SYSTEM} USER: <image>\n{TEMPLATE_01.replace('{{ caption }}', sample.caption)} ASSISTANT:"
+        prompt = f"{LLAVA_V1_SYSTEM} USER: <image>\n{get_template(method.template).render(caption=sample.caption)} ASSISTANT:"
         img = pad_to_square(load_image(sample.image).pil(), tuple(int(x * 255) for x in proc.image_processor.image_mean))
         inputs = proc(images=img, text=prompt, return_tensors="pt")
         ids = torch.cat([inputs["input_ids"], torch.tensor([generated])], dim=1)
@@ -325,24 +331,22 @@ def test_tiny_hf_per_digit_equals_the_models_own_distributions(hf_backend: Any, 
             logits = hf_backend.net(input_ids=ids, pixel_values=inputs["pixel_values"], attention_mask=torch.ones_like(ids)).logits[0]
         n_prompt = inputs["input_ids"].shape[1]
         pieces = [p.replace("▁", "") for p in proc.tokenizer.convert_ids_to_tokens(generated)]
-        text = "".join(pieces)
-        start = text.index(r.details["expected"]["printed"])
         printed = r.details["expected"]["printed"]
-        # Each digit: the digits that keep the printed number in 0-1 with it in place, renormalised.
-        value = 0.0
+        start = "".join(pieces).index(printed)
         owner = [i for i, p in enumerate(pieces) for _ in p]
         point = printed.index(".") if "." in printed else len(printed)
+        # Each digit: the digits that keep the printed number on the scale with it in place, renormalised.
+        value = 0.0
         for k, c in enumerate(printed):
             if not c.isdigit():
                 continue
             probs = torch.softmax(logits[n_prompt - 1 + owner[start + k]].double(), dim=-1)
-            ok = [d for d in range(10) if 0.0 <= float(printed[:k] + str(d) + printed[k + 1 :]) <= 1.0 and not (k == 0 and d == 0 and point > 1)]
+            ok = [d for d in range(10) if low <= float(printed[:k] + str(d) + printed[k + 1 :]) <= high and not (k == 0 and d == 0 and point > 1)]
             mass = sum(float(probs[digit_ids[d]]) for d in ok)
             place = 10.0 ** (point - 1 - k) if k < point else 10.0 ** -(k - point)
             value += place * sum(d * float(probs[digit_ids[d]]) for d in ok) / mass
         assert r.score == pytest.approx(value, abs=1e-5), (r.raw, r.details)
-        checked += 1
-    assert checked == len(samples)
+        assert r.raw_score == pytest.approx(float(printed))
 
 
 def test_completion_without_number_tokens_is_an_error_naming_why(example_images: list[Path]) -> None:
@@ -351,3 +355,19 @@ def test_completion_without_number_tokens_is_an_error_naming_why(example_images:
     backend = ScriptedBackend(lambda request: Completion(text="Score: 85", steps=steps))
     r = Judge("vanilla", backend, method_options={"score": "expected"}).score(Sample(example_images[0], "a cat"))
     assert r.status == "error" and "not found among the answer's tokens" in (r.error or "")
+
+
+def test_explain_scores_with_the_expected_value(tmp_path: Path) -> None:
+    def make(req: Received) -> list[Any]:
+        if "Why?" in req.prompt_text():
+            return [tok("Because"), tok(" cats")]
+        return [tok("Rating"), tok(":"), tok(" 85", ALTS_85)]
+
+    with running_server(responder=responder(make)) as srv:
+        out = tmp_path / "explain.jsonl"
+        argv = ["explain", "--method", "vanilla", "--method-option", "score=expected", "--backend", f"openai-compatible:{srv.base_url}#judge", "--image", str(EXAMPLES / "images" / "cats.jpg"), "--caption", "two cats", "--out", str(out), "--no-cache"]
+        assert main(argv) == 0
+        asked = [r.prompt_text() for r in srv.received if r.path.endswith("/chat/completions")]
+    (r,) = records(out)
+    assert r["status"] == "ok" and abs(r["score"] - by_hand(ALTS_85)) < 1e-9 and r["explanation"] == "Because cats"
+    assert any("Why?" in p for p in asked)
