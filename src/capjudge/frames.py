@@ -1,7 +1,9 @@
 """Results files as pandas DataFrames, in one call: ``capjudge.results_frame("out/fleur.jsonl")``.
 
 One row per record, the record's own fields as columns, and the ``details`` most analyses need
-flattened beside them: ``cached``, ``prompt_tokens`` / ``completion_tokens``, ``smoothing`` (why a
+flattened beside them: ``cached``, ``prompt_tokens`` / ``completion_tokens``, ``reasoning_tokens``
+(a thinking model's reasoning: ``details.reasoning_tokens``, else ``details.usage.reasoning_tokens``;
+summed over a pair's two orders; ``None`` / NaN when absent), ``smoothing`` (why a
 smoothing method returned a raw score), ``option_<name>`` for each method option, ``scale_low`` /
 ``scale_high``; pairwise records also get ``vote_1`` / ``vote_2`` and ``score_a`` / ``score_b``. The
 full ``details`` dict stays in its own column.
@@ -17,6 +19,19 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _reasoning_tokens(details: Mapping[str, Any], usage: Any) -> int | None:
+    """``details.reasoning_tokens`` (a list for a pair: summed), else ``details.usage.reasoning_tokens``."""
+    given = details.get("reasoning_tokens")
+    counts = [c for c in map(_count, given if isinstance(given, list) else [given]) if c is not None]
+    if counts:
+        return sum(counts)
+    return _count(usage.get("reasoning_tokens")) if isinstance(usage, dict) else None
+
+
 def _flat(record: Mapping[str, Any]) -> dict[str, Any]:
     row = dict(record)
     details = row.get("details") or {}
@@ -27,6 +42,7 @@ def _flat(record: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(usage, dict):
         row["prompt_tokens"] = usage.get("prompt_tokens")
         row["completion_tokens"] = usage.get("completion_tokens")
+    row["reasoning_tokens"] = _reasoning_tokens(details, usage)
     if "smoothing" in details:
         row["smoothing"] = details["smoothing"]
     for name, value in (details.get("method_options") or {}).items():

@@ -38,7 +38,7 @@ def _method_rows() -> list[dict[str, Any]]:
                 "smoothing": m.smoothing,
                 "parse": PARSERS[m.parser].label,
                 "decoding": m.decoding(),
-                "options": {k: m.options[k] for k in sorted(m.options)},
+                "options": m.option_defaults(),
                 "source": src.short,
                 "where": m.paper,
                 "source_title": src.title,

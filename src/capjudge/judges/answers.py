@@ -13,6 +13,13 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from capjudge.backends.base import Completion
+from capjudge.judges.expected import (
+    Printed,
+    expected_score,
+    has_logprobs,
+    printed_by_rules,
+    printed_first_integer,
+)
 from capjudge.judges.prepare import Prepared, sample_id
 from capjudge.judges.reasoning import META_KEYS, cut_off_message, final_answer, reasoning_details
 from capjudge.judges.records import cached_note, short
@@ -94,6 +101,8 @@ def read_rules(method: Method, prep: Prepared, out: Completion, details: dict[st
             if not out.steps
             else "not applied: the answer holds no 0.x / 1.0 score at its digit tokens (raw score)"
         )
+    elif method.expected_score and parsed.value is not None:
+        return read_expected(prep, out, details, record, parsed.value, printed_by_rules(out.text, parsed, low, high))
     if parsed.value is None:
         return record(prep, score=None, raw=out.text, status="error", error=f"sample {sample_id(prep.sample, prep.index)}: no score in the answer ({parsed.reason}): {short(out.text)!r}{cached_note(out)}", details=details)
     return record(prep, score=parsed.value, raw_score=parsed.value, smoothed=False, raw=out.text, details=details)
@@ -117,9 +126,44 @@ def read_first_integer(method: Method, prep: Prepared, out: Completion, details:
         where = sample_id(prep.sample, prep.index)
         return record(prep, score=None, raw=out.text, status="error", error=f"sample {where}: no number in the answer (the VisCE2 code would score 0; method option no_number=zero does the same): {short(out.text)!r}{cached_note(out)}", details=details)
     low, high = method.scale
+    if method.expected_score:
+        return read_expected(prep, out, details, record, value, printed_first_integer(out.text, low, high))
     if not low <= value <= high:
         details["outside_scale"] = True  # the code keeps it; so does this method
     return record(prep, score=value, raw_score=value, smoothed=False, raw=out.text, details=details)
+
+
+EXPECTED_HELP = "ask a sampling estimate with estimate_by_sampling=N (--backend-opt estimate_by_sampling=N), or use score=plain"
+
+
+def read_expected(prep: Prepared, out: Completion, details: dict[str, Any], record: Record, raw_score: float, printed: Printed | str) -> ScoreResult:
+    """``score=expected`` (:mod:`.expected`): the probability-weighted value of the number read
+    (``raw_score``, located as ``printed``) at its tokens; without log-probabilities the sampling
+    estimate's mean when the judge asked one, else an error record: never the plain score."""
+    where = sample_id(prep.sample, prep.index)
+
+    def failed(why: str) -> ScoreResult:
+        message = f"sample {where}: score=expected: {why} (the printed score was {raw_score:g}){cached_note(out)}"
+        return record(prep, score=None, raw=out.text, status="error", error=message, details=details)
+
+    if not has_logprobs(out):
+        est = (out.meta or {}).get("sampling_estimate")
+        if isinstance(est, dict):
+            if est.get("mean") is None:
+                return failed(f"the answer has no token log-probabilities and none of the {est.get('n', '?')} sampled answers held a score")
+            details["expected"] = {"rule": "sampling", "n": sampled(est)}
+            details["smoothing"] = f"estimated by sampling {sampled(est)} answers (no log-probabilities)"
+            return record(prep, score=float(est["mean"]), raw_score=raw_score, smoothed=True, raw=out.text, details=details)
+        if "answer_steps" in details:
+            return failed(f"{details['answer_steps']}; {EXPECTED_HELP}")
+        return failed(f"the backend gave no token log-probabilities for this answer; {EXPECTED_HELP}")
+    if isinstance(printed, str):
+        return failed(printed)
+    got = expected_score(out.steps, printed)
+    if isinstance(got, str):
+        return failed(got)
+    details["expected"] = got.details
+    return record(prep, score=got.score, raw_score=raw_score, smoothed=True, raw=out.text, details=details)
 
 
 def read_fleur_code(method: Method, prep: Prepared, out: Completion, details: dict[str, Any], record: Record) -> ScoreResult:
@@ -196,4 +240,4 @@ def read_safely(method: Method, prep: Prepared, out: Completion, record: Record)
         return record(prep, score=None, raw=out.text, status="error", error=message, details={})
 
 
-__all__ = ["PARSERS", "ParserKind", "Reader", "Record", "answer_details", "is_bare", "occurrence", "read_answer", "read_first_integer", "read_fleur_code", "read_rules", "read_safely"]
+__all__ = ["PARSERS", "ParserKind", "Reader", "Record", "answer_details", "is_bare", "occurrence", "read_answer", "read_expected", "read_first_integer", "read_fleur_code", "read_rules", "read_safely"]

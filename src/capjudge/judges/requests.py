@@ -60,7 +60,7 @@ class RequestBuilder:
         tpl = get_template(method.template)
         prompt = tpl.render(caption=self.caption(prep.sample.caption), references=list(prep.sample.references), context=prep.context or "")
         assert prep.image is not None
-        return Request(self.messages(prompt, prep.image), self.config(method.max_new_tokens, method.smoothing, method.temperature))
+        return Request(self.messages(prompt, prep.image), self.config(method.max_new_tokens, method.reads_logprobs, method.temperature))
 
     def request(self, prompt: str, image: LoadedImage, max_new_tokens: int) -> Request:
         """A request at the method's temperature: the system turn, then ``prompt`` with ``image``."""

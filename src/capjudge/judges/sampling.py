@@ -129,21 +129,22 @@ def wants_estimate(request: Request, out: Completion, n: int) -> bool:
     return n > 0 and request.config.top_logprobs > 0 and not has_logprobs(out) and "sampling_estimate" not in (out.meta or {})
 
 
-def with_estimate(out: Completion, samples: Sequence[Completion | BaseException]) -> Completion:
-    """``out`` with the estimate of ``samples`` in ``meta["sampling_estimate"]``."""
-    return replace(out, meta={**(out.meta or {}), "sampling_estimate": SamplingEstimate.from_outputs(samples).to_dict()})
+def with_estimate(out: Completion, samples: Sequence[Completion | BaseException], parse: Callable[[str], float | None] = fleur_score) -> Completion:
+    """``out`` with the estimate of ``samples`` (each read by ``parse``) in ``meta["sampling_estimate"]``."""
+    return replace(out, meta={**(out.meta or {}), "sampling_estimate": SamplingEstimate.from_outputs(samples, parse).to_dict()})
 
 
-def ask_estimate(add: Callable[[Request, Callback], None], request: Request, out: Completion, n: int, then: Callback) -> None:
+def ask_estimate(add: Callable[[Request, Callback], None], request: Request, out: Completion, n: int, then: Callback, parse: Callable[[str], float | None] = fleur_score) -> None:
     """Queue ``n`` sampled copies of ``request`` with ``add`` (an executor's); once all are
-    answered, ``then`` gets ``out`` with their estimate (:func:`with_estimate`)."""
+    answered, ``then`` gets ``out`` with their estimate (:func:`with_estimate`; ``parse`` reads a
+    sampled answer's score: the method's reader for ``score=expected``)."""
     samples = sampling_requests(request, n)
     got: list[Answer | None] = [None] * len(samples)
 
     def answered(k: int, answer: Answer) -> None:
         got[k] = answer
         if all(a is not None for a in got):
-            then(with_estimate(out, [a for a in got if a is not None]))
+            then(with_estimate(out, [a for a in got if a is not None], parse))
 
     for k, sample in enumerate(samples):
         add(sample, functools.partial(answered, k))

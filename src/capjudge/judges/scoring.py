@@ -23,6 +23,7 @@ from typing import Any, Protocol
 from capjudge.backends.base import Backend, Completion, Request
 from capjudge.images import LoadedImage
 from capjudge.judges.dispatch import Answer, BatchExecutor, Executor, drive, make_executor
+from capjudge.judges.expected import estimate_parser
 from capjudge.judges.prepare import Prepared, image_key, sample_id
 from capjudge.judges.records import cached_note, short
 from capjudge.judges.requests import RequestBuilder
@@ -321,7 +322,7 @@ class ScoringRun:
         method reads waits first for the judge's sampling estimate (:mod:`.sampling`), if asked."""
         n = self.judge.estimate_samples
         if isinstance(out, Completion) and wants_estimate(request, out, n):
-            ask_estimate(self.executor.add, request, out, n, lambda estimated: self.done.append((prep.index, self._scored(prep, estimated))))
+            ask_estimate(self.executor.add, request, out, n, lambda estimated: self.done.append((prep.index, self._scored(prep, estimated))), estimate_parser(self.judge.method))
             return
         self.done.append((prep.index, self._scored(prep, out)))
 

@@ -142,6 +142,23 @@ def _offset_in_stripped(step: TokenStep, raw_offset: int) -> int:
     return raw_offset - (len(text) - len(text.lstrip()))
 
 
+def token_text(token: str) -> str:
+    """A token's text with SentencePiece's ``▁`` and byte-level BPE's ``Ġ`` as spaces."""
+    return _token_text(token)
+
+
+def decoded_steps(steps: Sequence[TokenStep]) -> tuple[str, list[int], list[int]]:
+    """The decoded text of ``steps`` and, for each of its characters, the index of its step and
+    its offset in that step's token (:func:`char_index` turns the offset into the index that
+    :func:`digit_distribution` takes)."""
+    return _char_to_step(steps)
+
+
+def char_index(step: TokenStep, raw_offset: int) -> int:
+    """A character's index in its token with the token's leading spaces stripped (``digit_distribution``'s ``char_index``)."""
+    return _offset_in_stripped(step, raw_offset)
+
+
 def uses_second_decimal(printed: str) -> bool:
     """FLEUR's code's test for a second decimal: ``len(str(float(printed))) > 3`` (``0.85`` yes;
     ``0.8``, ``0.80``, ``0.10``, ``1.0`` no)."""

@@ -169,8 +169,14 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "second_decimal": ("official", "printed"),
     "no_number": ("error", "zero"),
     "answer_form": ("decimal", "spaced"),
+    "score": ("plain", "expected"),
 }
 """Method options with a fixed set of values (``temperature`` takes a number)."""
+
+SCORE_OPTION = "score"
+"""``score=plain|expected`` (every scoring method with a plain numeric score; not a default of any
+method, so that records without it stay as they were): ``expected`` weights the printed number by
+its token probabilities (:mod:`capjudge.judges.expected`)."""
 
 
 class MethodOptionError(UsageError, ValueError):
@@ -245,7 +251,37 @@ class Method:
 
     def option_names(self) -> list[str]:
         """The method options this method takes (``temperature`` always; others by method)."""
-        return sorted({*self.options, "temperature"})
+        extra = {SCORE_OPTION} if self.score_option_refusal() is None else set()
+        return sorted({*self.options, "temperature", *extra})
+
+    def option_defaults(self) -> dict[str, Any]:
+        """The method's options with their defaults, as ``capjudge methods`` shows them (``score``
+        is ``plain`` where the method takes it, without being written into records)."""
+        extra = {SCORE_OPTION: "plain"} if self.score_option_refusal() is None and SCORE_OPTION not in self.options else {}
+        return {k: v for k, v in sorted({**self.options, **extra}.items())}
+
+    def score_option_refusal(self) -> str | None:
+        """Why this method takes no ``score`` option (``None``: it takes it): only methods of kind
+        ``score`` whose answer is a plain number read by capjudge's rules or the first integer."""
+        if self.kind != "score":
+            what = "compares two captions (its answer is a verdict)" if self.pairwise else "scores a list of captions in one answer"
+            return f"method {self.name!r} has no option 'score': it {what}, so there is no single printed score to weight"
+        if self.smoothing or self.parser == "fleur-code":
+            return (
+                f"method {self.name!r} has no option 'score': it already takes the expected value of its printed digits "
+                "(FLEUR's smoothing); score=expected is for methods that print a plain score"
+            )
+        return None
+
+    @property
+    def expected_score(self) -> bool:
+        """``score=expected``: the score is the probability-weighted value of the printed number."""
+        return self.options.get(SCORE_OPTION) == "expected"
+
+    @property
+    def reads_logprobs(self) -> bool:
+        """The scoring request asks for token log-probabilities (FLEUR smoothing, ``score=expected``)."""
+        return self.smoothing or self.expected_score
 
     def configure(self, options: Mapping[str, Any] | None = None) -> Method:
         """A copy with method options set, checked.
@@ -260,6 +296,9 @@ class Method:
         ``no_number`` (``first-integer`` methods): ``"error"`` records an answer without a number
         as an error; ``"zero"`` scores it 0 as VisCE2's code does (the record says so).
         ``temperature``: decoding temperature of both steps (0: greedy).
+        ``score`` (methods of kind ``score`` with a plain numeric answer, :meth:`score_option_refusal`):
+        ``"plain"`` (the default) records the printed number; ``"expected"`` its probability-weighted
+        value at the number's tokens (:mod:`capjudge.judges.expected`).
         Raises :class:`MethodOptionError` naming the method and what it accepts.
         """
         if not options:
@@ -277,7 +316,11 @@ class Method:
                     raise MethodOptionError(f"method option temperature must be between 0 and 2, not {t}")
                 temperature = t
                 continue
-            if name not in self.options:
+            if name == SCORE_OPTION and name not in self.options:
+                refusal = self.score_option_refusal()
+                if refusal is not None:
+                    raise MethodOptionError(refusal)
+            elif name not in self.options:
                 raise MethodOptionError(f"method {self.name!r} has no option {name!r} (its options: {', '.join(self.option_names())})")
             text = str(value).strip().lower()
             if text not in OPTION_CHOICES[name]:

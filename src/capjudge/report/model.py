@@ -13,13 +13,14 @@ from typing import Any, Literal
 
 from capjudge.report.thumbs import ThumbCache
 
-ColumnKind = Literal["text", "num", "image", "long", "list", "status"]
+ColumnKind = Literal["text", "num", "image", "long", "folded", "list", "status"]
 
 
 @dataclass(frozen=True)
 class Column:
     """A column of a sample table. ``kind`` chooses how cells are drawn and sorted: ``num`` sorts
-    numerically, ``image`` draws a thumbnail, ``long`` a scrolling text block, ``list`` a bullet
+    numerically, ``image`` draws a thumbnail, ``long`` a scrolling text block, ``folded`` one collapsed
+    behind its length (a reasoning), ``list`` a bullet
     list, ``status`` an ok/error badge; everything else sorts as text."""
 
     key: str

@@ -116,6 +116,41 @@ def _counted(counter: Counter[str]) -> str:
     return ", ".join(f"{k} ({n})" for k, n in counter.most_common())
 
 
+def reasoning_cells(details: Any) -> dict[str, Any]:
+    """A record's reasoning (``details.reasoning``: text, or one per order for a pair; as stored,
+    so truncated where the record truncated it) and its token count (``details.reasoning_tokens``,
+    else ``details.usage.reasoning_tokens``)."""
+    if not isinstance(details, dict):
+        return {"reasoning": "", "reasoning_tokens": None}
+    given = details.get("reasoning")
+    parts = given if isinstance(given, list) else [given]
+    text = "\n\n---\n\n".join(str(x) for x in parts if isinstance(x, str) and x)
+    usage = details.get("usage")
+    given_tokens = details.get("reasoning_tokens")
+    counts = [c for c in map(_count, given_tokens if isinstance(given_tokens, list) else [given_tokens]) if c is not None]
+    tokens = sum(counts) if counts else (_count(usage.get("reasoning_tokens")) if isinstance(usage, dict) else None)
+    return {"reasoning": text, "reasoning_tokens": tokens}
+
+
+def _count(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+REASONING_COLUMNS = [
+    Column("reasoning", "reasoning", "folded", "the thinking model's reasoning before its final answer (as the record keeps it)"),
+    Column("reasoning_tokens", "reasoning tokens", "num", "tokens the reasoning took (the API's count, else the token steps)"),
+]
+
+
+def with_reasoning(cols: list[Column], rows: Sequence[dict[str, Any]]) -> list[Column]:
+    """``cols`` with the reasoning columns before ``raw`` when some row has a reasoning or its count."""
+    extra = [c for c in REASONING_COLUMNS if any(r.get(c.key) not in (None, "") for r in rows)]
+    if not extra:
+        return cols
+    at = next((i for i, c in enumerate(cols) if c.key == "raw"), len(cols))
+    return cols[:at] + extra + cols[at:]
+
+
 def image_cell(thumbs: ThumbCache, image: Any) -> dict[str, Any]:
     """A table cell showing an image's thumbnail (or its label and why there is none)."""
     cls, thumb = thumbs.get(str(image) if image is not None else "")
@@ -159,6 +194,7 @@ def score_row(line: int, rec: dict[str, Any], thumbs: ThumbCache) -> dict[str, A
         "error": _text(rec.get("error")),
         "references": [str(r) for r in rec.get("references") or [] if r is not None] if isinstance(rec.get("references"), list) else [],
         "method": f"{rec.get('method') or '?'} @ {rec.get('backend') or '?'}",
+        **reasoning_cells(details),
     }
     if isinstance(probe, dict):
         row["probe"] = str(probe.get("kind") or "")
@@ -179,7 +215,7 @@ def score_columns(rows: Sequence[dict[str, Any]]) -> list[Column]:
     for key in ("explanation", "raw_score"):
         if not any(r.get(key) not in (None, "") for r in rows):
             cols = [c for c in cols if c.key != key]
-    return cols
+    return with_reasoning(cols, rows)
 
 
 def score_facts(recs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
@@ -250,6 +286,7 @@ def pair_row(line: int, rec: dict[str, Any], thumbs: ThumbCache) -> dict[str, An
         "raw": [_text(x) for x in raw] if isinstance(raw, list) else ([_text(raw)] if raw else []),
         "error": _text(rec.get("error")),
         "method": f"{rec.get('method') or '?'} @ {rec.get('backend') or '?'}",
+        **reasoning_cells(rec.get("details")),
     }
 
 
@@ -260,7 +297,7 @@ def pair_columns(rows: Sequence[dict[str, Any]]) -> list[Column]:
         cols = [c for c in cols if c.key not in ("score_a", "score_b")]
     if len({r["method"] for r in rows}) > 1:
         cols.insert(2, Column("method", "judge"))
-    return cols
+    return with_reasoning(cols, rows)
 
 
 def pair_facts(recs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
