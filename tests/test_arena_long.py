@@ -7,9 +7,16 @@ import math
 from typing import Any
 
 import numpy as np
-import pytest
 
-from capjudge.arena.ranking import DETAILED_WORDS, LENGTH_BINS, battle_set, length_bins, length_controlled, quantile_bins, rank
+from capjudge.arena.ranking import (
+    DETAILED_WORDS,
+    LENGTH_BINS,
+    battle_set,
+    length_bins,
+    length_controlled,
+    quantile_bins,
+    rank,
+)
 
 
 def caption(n: int) -> str:
