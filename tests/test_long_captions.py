@@ -200,3 +200,14 @@ def test_caption_words_only_for_long_captions() -> None:
     assert caption_words(" ".join(["w"] * LONG_CAPTION_WORDS)) == LONG_CAPTION_WORDS
     assert caption_words(" ".join(["w"] * (LONG_CAPTION_WORDS - 1))) is None
     assert caption_words(None) is None  # a bad row's caption
+
+
+def test_pair_records_carry_both_caption_words(tmp_path: Path) -> None:
+    pairs = tmp_path / "pairs.jsonl"
+    rows = [{"id": "long", "image": "cats.jpg", "caption_a": SHORT, "caption_b": LONG}, {"id": "short", "image": "cats.jpg", "caption_a": SHORT, "caption_b": "a cat."}]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "out.jsonl"
+    assert main(["compare", "--backend", "scripted:Answer 1", "--input", str(pairs), "--images", str(IMAGES), "--out", str(out), "--no-cache", "--quiet"]) == 0
+    records = {r["id"]: r for r in map(json.loads, out.read_text().splitlines())}
+    assert records["long"]["status"] == "ok" and records["long"]["details"]["caption_words"] == [len(SHORT.split()), 300]
+    assert "caption_words" not in records["short"]["details"]
