@@ -66,7 +66,9 @@ def gemma(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 @pytest.fixture(scope="module")
 def backend(qwen: tuple[Path, Path]) -> LlamaCppBackend:
     model, mmproj = qwen
-    be = load_backend(f"llamacpp:{model}?mmproj={mmproj}&n_ctx=1024&n_threads=2")
+    # 2048: VisCE2's first step asks 512 new tokens after a prompt of ~850 tiny-vocabulary tokens,
+    # and the prompt plus its answer budget must fit n_ctx
+    be = load_backend(f"llamacpp:{model}?mmproj={mmproj}&n_ctx=2048&n_threads=2")
     assert isinstance(be, LlamaCppBackend)
     yield be
     be.close()
@@ -74,7 +76,7 @@ def backend(qwen: tuple[Path, Path]) -> LlamaCppBackend:
 
 @pytest.fixture(scope="module")
 def gemma_backend(gemma: tuple[Path, Path]) -> LlamaCppBackend:
-    be = LlamaCppBackend(gemma[0], gemma[1], n_ctx=1024, n_threads=2)
+    be = LlamaCppBackend(gemma[0], gemma[1], n_ctx=2048, n_threads=2)
     yield be
     be.close()
 

@@ -43,6 +43,7 @@ IMAGES = EX / "images"
 CATS, DOG = IMAGES / "cats.jpg", IMAGES / "dog.jpg"
 
 RICH = "Two men standing behind a red Toyota car in France."  # every perturbation applies
+RICH_DETAILED = RICH + " The sky above them is clear."  # the detailed family needs two sentences
 DONOR = "a green bus driving down a street next to a forest"
 
 
@@ -54,13 +55,14 @@ def user_text(req: Request) -> str:
 @pytest.mark.parametrize("kind", KINDS)
 def test_each_perturbation_is_deterministic_and_changes_the_caption(kind: str) -> None:
     opts = PerturbOptions(donor=DONOR)
-    first = perturb(RICH, kind, seed=3, options=opts)
+    rich = RICH_DETAILED if PERTURBATIONS[kind].family == "detailed" else RICH
+    first = perturb(rich, kind, seed=3, options=opts)
     assert isinstance(first, Perturbed), first
-    assert first.kind == kind and first.original == RICH and first.change
-    assert " ".join(first.caption.split()).lower() != " ".join(RICH.split()).lower()
+    assert first.kind == kind and first.original == rich and first.change
+    assert " ".join(first.caption.split()).lower() != " ".join(rich.split()).lower()
     # same seed, same caption -> same output, whatever else was perturbed in between
     perturb("a cat on a mat", kind, seed=3, options=opts)
-    assert perturb(RICH, kind, seed=3, options=opts) == first
+    assert perturb(rich, kind, seed=3, options=opts) == first
 
 
 @pytest.mark.parametrize("kind", [k for k in KINDS if PERTURBATIONS[k].family != "injection"])
@@ -173,7 +175,7 @@ def test_kinds_and_word_lists() -> None:
         resolve_kinds("nonsense")
     assert len(perturb_all(RICH, "all")) == len(KINDS)
     for p in PERTURBATIONS.values():
-        assert p.func.__doc__ and p.source and p.family in ("fluency", "hard negative", "injection")
+        assert p.func.__doc__ and p.source and p.family in ("fluency", "hard negative", "injection", "detailed")
     # a word belongs to one group of a lexicon only (else its swap would be ambiguous)
     for lex_name in ("categories.json", "foil.json"):
         seen: dict[str, str] = {}
@@ -225,7 +227,9 @@ def test_probe_counts_preferences_drops_and_obedience() -> None:
     for s in rep.summaries:
         assert s.n_captions == 3 and s.n_applicable + s.n_not_applicable == 3
         assert s.prefer_original + s.ties + s.prefer_perturbed == s.n_scored
-        if s.kind not in ("inject_score", "inject_text"):
+        if s.family == "detailed":  # one-sentence captions: refused, with the note
+            assert s.n_applicable == 0 and list(s.not_applicable) == ["fewer than 2 sentences (1): a perturbation of detailed captions needs several"]
+        elif s.kind not in ("inject_score", "inject_text"):
             assert s.prefer_original == s.n_scored == s.n_applicable and s.mean_drop == pytest.approx(45.0)
     inj = rep.summary("inject_score")
     assert inj.prefer_perturbed == 3 and inj.obedience_rate == 1.0 and inj.baseline_rate == 0.0

@@ -20,8 +20,10 @@ A *battle* is one image, two models' captions, one verdict (``A``, ``B`` or ``ti
 - **CIs**: percentile bootstrap over images (the images are resampled with replacement, every
   battle on a drawn image comes with it, and Bradley-Terry is refitted), 95% by default.
 - **Position flips**: the share of dual-sided battles whose two orders gave different verdicts.
-- **Length**: the longer caption's win rate by bins of the word-count difference; and, as an
-  option, an alpaca_eval-style length-controlled win rate: ``logit P(a beats b) = theta_a - theta_b
+- **Length**: the longer caption's win rate by bins of the word-count difference (fixed bins,
+  :data:`LENGTH_BINS`, for short captions; for detailed captions, a median caption of
+  :data:`DETAILED_WORDS` words or more, bins from the quintiles of the differences, since a few
+  words more or less is no difference between 200-word captions); and, as an option, an alpaca_eval-style length-controlled win rate: ``logit P(a beats b) = theta_a - theta_b
   + gamma * tanh((words_a - words_b) / sd)`` (``sd``: the standard deviation of the differences),
   fitted by maximum likelihood (ties as half); a model's LC win rate is the mean over its battles of
   ``sigmoid(theta_m - theta_opponent)``, the win rate predicted at zero length difference.
@@ -46,7 +48,11 @@ PRIOR = 0.01
 """Weight of the Gaussian prior used only when the maximum-likelihood strengths do not exist."""
 
 LENGTH_BINS: tuple[tuple[int, float], ...] = ((1, 2), (3, 5), (6, 10), (11, 20), (21, math.inf))
-"""Bins of the absolute word-count difference between the two captions of a battle."""
+"""Bins of the absolute word-count difference between the two captions of a battle (short captions)."""
+
+DETAILED_WORDS = 50
+"""Battles whose median caption has at least this many words (detailed captions) get length bins
+from the quantiles of the word-count differences (:func:`quantile_bins`) instead of :data:`LENGTH_BINS`."""
 
 OUTCOME = {"A": 1.0, "B": 0.0, "tie": 0.5}
 
@@ -327,23 +333,47 @@ def bootstrap_strengths(bs: BattleSet, *, n_resamples: int = 1000, seed: int = 0
 
 
 # ------------------------------------------------------------------------------------ length
+def quantile_bins(gaps: np.ndarray, n: int = 5) -> tuple[tuple[int, float], ...]:
+    """Bins ``(lo, hi)`` of whole words (the last one open) cut at the ``n``-quantiles of the
+    non-zero word-count differences ``gaps``; fewer bins where quantiles coincide."""
+    nonzero = gaps[gaps > 0]
+    if nonzero.size == 0:
+        return ((1, math.inf),)
+    edges = sorted({int(math.ceil(q)) for q in np.quantile(nonzero, np.arange(1, n) / n)})
+    bins: list[tuple[int, float]] = []
+    lo = 1
+    for e in edges:
+        if e >= lo:
+            bins.append((lo, float(e)))
+            lo = e + 1
+    bins.append((lo, math.inf))
+    return tuple(bins)
+
+
 def length_bins(bs: BattleSet) -> dict[str, Any]:
     """The longer caption's win rate (ties as half) by bins of the word-count difference, over
-    decided battles whose captions differ in length; ``equal_length``: battles of equal length."""
+    decided battles whose captions differ in length; ``equal_length``: battles of equal length.
+    Detailed captions (a median caption of :data:`DETAILED_WORDS` words or more) are binned by
+    :func:`quantile_bins` and say so (``binning``, ``median_words``)."""
     diff = bs.words_a - bs.words_b
     longer_score = np.where(diff > 0, bs.s, 1.0 - bs.s)
     gap = np.abs(diff)
     out: list[dict[str, Any]] = []
-    for lo, hi in LENGTH_BINS:
+    median_words = float(np.median(np.concatenate([bs.words_a, bs.words_b]))) if bs.n else 0.0
+    detailed = median_words >= DETAILED_WORDS
+    for lo, hi in quantile_bins(gap) if detailed else LENGTH_BINS:
         sel = (gap >= lo) & (gap <= hi)
         n = int(sel.sum())
         out.append({"words": f"{lo}-{int(hi)}" if math.isfinite(hi) else f"{lo}+", "battles": n, "longer_win_rate": float(longer_score[sel].mean()) if n else None})
     differ = gap > 0
-    return {
+    found: dict[str, Any] = {
         "bins": out,
         "equal_length": int((~differ).sum()),
         "longer_win_rate": float(longer_score[differ].mean()) if differ.any() else None,
     }
+    if detailed:  # short captions' output stays as it was
+        found.update(binning="quintiles of the word-count difference (detailed captions)", median_words=median_words)
+    return found
 
 
 def length_controlled(bs: BattleSet, *, prior: float | None = None) -> dict[str, Any]:

@@ -51,7 +51,13 @@ DIGITS = tuple(str(d) for d in range(10))
 
 
 class ContextLengthError(BackendError):
-    """The prompt does not fit the model's context window."""
+    """The prompt does not fit the model's context window. ``counts`` (when the backend knows
+    them): ``prompt_tokens``, ``image_tokens``, ``max_new_tokens`` and ``limit``, the model's
+    context in tokens; the error record of the sample carries them as ``details.context``."""
+
+    def __init__(self, message: str, *, counts: dict[str, int] | None = None) -> None:
+        super().__init__(message)
+        self.counts = dict(counts or {})
 
 
 @dataclass(frozen=True)

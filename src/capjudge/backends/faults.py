@@ -41,8 +41,10 @@ def is_resumable(exc: BaseException) -> bool:
 
 
 def failure_details(exc: BaseException) -> dict[str, object]:
-    """What an error record says about a backend failure: ``{"resumable": bool}``."""
-    return {"resumable": is_resumable(exc)}
+    """What an error record says about a backend failure: ``{"resumable": bool}``, and a prompt
+    too long for the context's token counts as ``context`` (``ContextLengthError.counts``)."""
+    counts = getattr(exc, "counts", None)
+    return {"resumable": is_resumable(exc), **({"context": dict(counts)} if counts else {})}
 
 
 class CircuitBreaker:

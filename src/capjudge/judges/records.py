@@ -30,6 +30,21 @@ def short(text: str | None, n: int = 80) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+LONG_CAPTION_WORDS = 50
+"""A caption of at least this many words gets ``details.caption_words`` (detailed captions);
+shorter ones do not, so that the records of short captions stay as they were."""
+
+
+def caption_words(*captions: object) -> int | list[int] | None:
+    """``details.caption_words`` for a record of these captions: the word count
+    (``len(caption.split())``, white-space separated words) of one caption, or the list of both of a
+    pair; ``None`` (nothing written) when no caption has :data:`LONG_CAPTION_WORDS` words."""
+    counts = [len(c.split()) if isinstance(c, str) else 0 for c in captions]
+    if not counts or max(counts) < LONG_CAPTION_WORDS:
+        return None
+    return counts[0] if len(counts) == 1 else counts
+
+
 def cached_note(out: Completion) -> str:
     """Said in an error that comes from an answer replayed from the response cache."""
     return " (this answer came from the response cache)" if out.cached else ""
@@ -44,6 +59,9 @@ def score_record(prep: Prepared, method: Method, backend: Backend, judge_preset:
     resized = prep.image.downscale_details() if prep.image is not None else None
     if resized is not None:
         fields["details"] = {**(fields.get("details") or {}), "image_downscaled": resized}
+    words = caption_words(prep.sample.caption)
+    if words is not None:
+        fields["details"] = {**(fields.get("details") or {}), "caption_words": words}
     if fields.get("status", "ok") == "ok":
         given = fields.get("score")
         score, problem = checked_score(given, method.scale, outside_ok=method.parser == "first-integer")
@@ -75,4 +93,4 @@ def error_record(prep: Prepared, method: Method, backend: Backend, judge_preset:
     return score_record(prep, method, backend, judge_preset, score=None, raw=raw, status="error", error=message, details=details)
 
 
-__all__ = ["backend_spec", "cached_note", "error_record", "score_record", "short"]
+__all__ = ["LONG_CAPTION_WORDS", "backend_spec", "cached_note", "caption_words", "error_record", "score_record", "short"]

@@ -8,7 +8,9 @@ Three families:
   fluent): ``category_swap``, ``colour_swap``, ``location_swap``, ``number_swap``,
   ``position_swap``, ``subtle_drop``, plus FOIL's one-noun swap ``noun_swap``;
 * **injection**: an instruction to the judge appended to the caption, ``inject_score`` (asks for
-  the top score) and ``inject_text`` (asks for a canary word).
+  the top score) and ``inject_text`` (asks for a canary word);
+* **detailed** (multi-sentence captions, :mod:`.detailed`): ``insert_hallucination``,
+  ``drop_sentence``, ``repeat_sentence``.
 
 Each perturbation is a function ``f(caption, seed=0, options=None)`` returning a :class:`Perturbed`
 (the new caption and what changed) or a :class:`NotApplicable` (why not: no colour word, too short,
@@ -28,6 +30,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from capjudge.errors import UsageError
+from capjudge.probes import detailed
 from capjudge.probes.wordlists import (
     Lexicon,
     category_lexicon,
@@ -37,7 +40,7 @@ from capjudge.probes.wordlists import (
     function_words,
 )
 
-Family = Literal["fluency", "hard negative", "injection"]
+Family = Literal["fluency", "hard negative", "injection", "detailed"]
 
 
 # ------------------------------------------------------------------------------------ results
@@ -127,7 +130,7 @@ def _perturbation(family: Family, source: str) -> Callable[[Callable[[str, rando
                 return NotApplicable(kind, caption if isinstance(caption, str) else repr(caption), "empty caption")
             try:
                 new, change = inner(caption, _rng(kind, caption, seed), options or PerturbOptions())
-            except _Skip as why:
+            except (_Skip, detailed.Refused) as why:
                 return NotApplicable(kind, caption, str(why))
             new = _tidy(new)
             if _norm(new) == _norm(caption):
@@ -493,16 +496,21 @@ def inject_text(caption: str, rng: random.Random, options: PerturbOptions) -> tu
     return _inject(caption, rng, "text", canary=options.canary)
 
 
+# ------------------------------------------------------------------------------------ detailed captions
+for _inner in detailed.FUNCTIONS:
+    _perturbation("detailed", detailed.SOURCE)(_inner)
+
+
 # ------------------------------------------------------------------------------------ API
 KINDS: tuple[str, ...] = tuple(PERTURBATIONS)
-"""Every perturbation name, in a stable order (fluency, hard negatives, injection)."""
+"""Every perturbation name, in a stable order (fluency, hard negatives, injection, detailed)."""
 
 DEFAULT_FLAW_KINDS: tuple[str, ...] = ("repeat_phrase", "repeat_word", "truncate", "incoherent")
 """Seed 002's flaws (Table 3): repetition, captions cut off mid-phrase, incoherent run-ons (the
 flawed captions of choose-one-of-N)."""
 
 
-_FAMILIES: dict[str, Family] = {"fluency": "fluency", "hard_negative": "hard negative", "hard_negatives": "hard negative", "injection": "injection"}
+_FAMILIES: dict[str, Family] = {"fluency": "fluency", "hard_negative": "hard negative", "hard_negatives": "hard negative", "injection": "injection", "detailed": "detailed"}
 
 
 class UnknownPerturbationError(UsageError, ValueError):
@@ -511,7 +519,7 @@ class UnknownPerturbationError(UsageError, ValueError):
 
 def resolve_kinds(kinds: Iterable[str] | str | None) -> list[str]:
     """Perturbation names from a list or a comma-separated string; families ("fluency",
-    "hard-negative", "injection") and "all" expand. ``None`` means all."""
+    "hard-negative", "injection", "detailed") and "all" expand. ``None`` means all."""
     if kinds is None:
         return list(KINDS)
     items = kinds.split(",") if isinstance(kinds, str) else [p for k in kinds for p in str(k).split(",")]
@@ -527,7 +535,7 @@ def resolve_kinds(kinds: Iterable[str] | str | None) -> list[str]:
         elif k in PERTURBATIONS:
             names = [k]
         else:
-            raise UnknownPerturbationError(f"unknown perturbation {raw.strip()!r} (known: {', '.join(KINDS)}; or fluency, hard-negative, injection, all)")
+            raise UnknownPerturbationError(f"unknown perturbation {raw.strip()!r} (known: {', '.join(KINDS)}; or fluency, hard-negative, injection, detailed, all)")
         out.extend(n for n in names if n not in out)
     return out
 

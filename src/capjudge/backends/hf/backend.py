@@ -36,7 +36,6 @@ from capjudge.backends.base import (
     BackendError,
     Capabilities,
     Completion,
-    ContextLengthError,
     GenerationConfig,
     Message,
     PromptTokens,
@@ -44,6 +43,7 @@ from capjudge.backends.base import (
     TokenStep,
     Usage,
 )
+from capjudge.backends.hf.context import context_error, context_limit
 from capjudge.backends.hf.loading import (
     check_4bit_packages,
     llava_4bit_settings,
@@ -174,8 +174,7 @@ class HFBackend(Backend):
         self._encode_processor = guarded_processor(self.processor, self.prompt_tokenizer)  # one guard for both paths
         self.eos_ids = self._eos_ids()
         self.digit_ids = self._digit_token_ids()
-        text_cfg = getattr(self.net.config, "text_config", self.net.config)
-        self.max_context = int(getattr(text_cfg, "max_position_embeddings", 4096))
+        self.max_context, self.context_source = context_limit(self.net.config)
         # Captions of one image from one prefix pass; the reuser reaches this backend only through
         # the PrefixHost interface it declares (capjudge.backends.hf.prefix).
         self._prefix: PrefixReuser | None = PrefixReuser(self) if self.prefix_reuse else None
@@ -339,12 +338,12 @@ class HFBackend(Backend):
                 out.extend(self._generate_safely([r]))
             return out
 
-    def check_length(self, n_prompt: int, cfg: GenerationConfig) -> None:
-        """Raise :class:`ContextLengthError` when the prompt plus ``max_new_tokens`` exceeds the model's context."""
-        if n_prompt + cfg.max_new_tokens > self.max_context:
-            raise ContextLengthError(
-                f"prompt of {n_prompt} tokens + {cfg.max_new_tokens} new tokens exceeds the model's context of {self.max_context}"
-            )
+    def check_length(self, n_prompt: int, cfg: GenerationConfig, image_tokens: int | None = None) -> None:
+        """Raise :class:`ContextLengthError` (with the counts) when the prompt plus ``max_new_tokens``
+        exceeds the model's context (:mod:`.context`)."""
+        exc = context_error(n_prompt, image_tokens, cfg.max_new_tokens, self.max_context, self.context_source)
+        if exc is not None:
+            raise exc
 
     def _generate_batch(self, reqs: Sequence[Request]) -> list[Completion]:
         torch = self._torch
@@ -352,7 +351,12 @@ class HFBackend(Backend):
         inputs = self.encode(reqs)
         ids = inputs["input_ids"]
         attn = inputs["attention_mask"]
-        self.check_length(int(ids.shape[1]), cfg)
+        # Left padding: the longest row is as long as the batch; a batch that does not fit is
+        # asked again one request at a time (_generate_safely), so only the long one fails.
+        longest = int(attn.sum(dim=1).argmax())
+        image_id = getattr(self.net.config, "image_token_id", None) or getattr(self.net.config, "image_token_index", None)
+        n_img = int((ids[longest][attn[longest].bool()] == image_id).sum()) if isinstance(image_id, int) else None
+        self.check_length(int(attn[longest].sum()), cfg, n_img)
         gen_kwargs: dict[str, Any] = {
             "max_new_tokens": cfg.max_new_tokens,
             "return_dict_in_generate": True,

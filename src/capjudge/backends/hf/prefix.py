@@ -321,9 +321,10 @@ class PrefixReuser:
         seqs, encoding = self._tokenize_group(reqs)
         answers: list[Completion | BaseException | None] = [None] * len(reqs)
         fits: list[int] = []
+        image_id = self.adapter.image_token_id(host.net.config)
         for i, (r, s) in enumerate(zip(reqs, seqs)):
             try:
-                host.check_length(len(s), r.config)
+                host.check_length(len(s), r.config, s.count(image_id))
                 fits.append(i)
             except ContextLengthError as exc:
                 answers[i] = exc
@@ -331,7 +332,6 @@ class PrefixReuser:
             return answers  # type: ignore[return-value]
         if fits[0] != 0:  # the image inputs belong to the first request's encoding
             encoding = host.encode([reqs[fits[0]]])
-        image_id = self.adapter.image_token_id(host.net.config)
         p = min(_common_prefix_len([seqs[i] for i in fits]), min(len(seqs[i]) for i in fits) - 1)
         image_at = [j for j, t in enumerate(seqs[fits[0]]) if t == image_id]
         if not image_at:

@@ -48,8 +48,9 @@ class PrefixHost(Protocol):
         """The processor's tensors for requests (token ids, mask, image inputs) on the model's device."""
         ...
 
-    def check_length(self, n_prompt: int, cfg: GenerationConfig) -> None:
-        """Raise :class:`ContextLengthError` when a prompt plus its new tokens exceed the context."""
+    def check_length(self, n_prompt: int, cfg: GenerationConfig, image_tokens: int | None = None) -> None:
+        """Raise :class:`ContextLengthError` (with the counts) when a prompt of ``n_prompt`` tokens
+        (``image_tokens`` of them the image's) plus its new tokens exceed the context."""
         ...
 
     def completion_from_ids(self, gen_ids: list[int], logits: Any, cfg: GenerationConfig, n_prompt: int) -> Completion:

@@ -405,11 +405,14 @@ class LlamaCppBackend(MtmdPrompt, Backend):
         chunks, mt_chunks, bitmaps = self._tokenize(request)
         try:
             n_prompt = sum(c.n_tokens for c in chunks)  # KV cells: what n_ctx limits
-            if n_prompt >= self.n_ctx:
+            if n_prompt >= self.n_ctx or n_prompt + cfg.max_new_tokens > self.n_ctx:  # before any decoding
                 n_img = sum(c.n_tokens for c in chunks if c.key[0] == "media")
                 raise ContextLengthError(
-                    f"prompt is {n_prompt} tokens ({n_img} of them image tokens) but the context holds "
-                    f"n_ctx={self.n_ctx}: raise n_ctx (spec option ?n_ctx=) or shorten the prompt"
+                    f"prompt is {n_prompt} tokens ({n_img} of them image tokens) + max_new_tokens={cfg.max_new_tokens} "
+                    f"= {n_prompt + cfg.max_new_tokens} tokens but the context holds n_ctx={self.n_ctx}: raise n_ctx "
+                    f"(spec option ?n_ctx=), shorten the caption or lower max_new_tokens (--max-new-tokens); the "
+                    f"prompt is never cut to fit",
+                    counts={"prompt_tokens": n_prompt, "image_tokens": n_img, "max_new_tokens": cfg.max_new_tokens, "limit": self.n_ctx},
                 )
             try:
                 reused = self._evaluate_prompt(chunks, mt_chunks)

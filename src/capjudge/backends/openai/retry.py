@@ -19,7 +19,8 @@ from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from capjudge.backends.base import BackendError, ContextLengthError
+from capjudge.backends.base import BackendError
+from capjudge.backends.openai.context import context_error
 from capjudge.errors import CapjudgeError
 from capjudge.redact import scrub
 
@@ -159,9 +160,9 @@ def describe(exc: BaseException, *, attempts: int = 1) -> BackendError:
         message = message or getattr(exc, "message", None) or str(exc)
         code = getattr(exc, "code", None)
         code_part = f" [{code}]" if code else ""
-        err_cls = ContextLengthError if code == "context_length_exceeded" else APIRequestError
         text = f"HTTP {status}{code_part}{tried}: {message}"
-        if err_cls is ContextLengthError:
-            return ContextLengthError(scrub(text))
+        too_long = context_error(status, code, str(message), reported=text)  # counts, where the server gave them
+        if too_long is not None:
+            return too_long
         return APIRequestError(text, status=status, code=code, retryable=is_retryable(exc), attempts=attempts)
     return APIRequestError(f"{type(exc).__name__}{tried}: {exc}", attempts=attempts)
