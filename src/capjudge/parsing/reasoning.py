@@ -7,6 +7,8 @@ A thinking model writes ``<think>...</think>`` (or its own markers) before the a
 - the answer holds a closing marker and no opening marker before it: the chat template opened the
   reasoning (Qwen3-style templates end the prompt with ``<think>``), which runs from the start to
   that closing marker;
+- the backend knows the prompt ended with the opening marker (``opened``) and the answer holds no
+  closing marker: the reasoning was cut off;
 - otherwise there is no reasoning (markers in the middle of an answer, e.g. a quoted caption, are
   answer text).
 
@@ -53,8 +55,9 @@ def markers_of(value: object) -> tuple[str, str]:
     return DEFAULT_MARKERS
 
 
-def split_text(text: str, markers: tuple[str, str] = DEFAULT_MARKERS) -> TextSplit:
-    """The reasoning and the final answer of ``text`` (module doc for the rules)."""
+def split_text(text: str, markers: tuple[str, str] = DEFAULT_MARKERS, *, opened: bool = False) -> TextSplit:
+    """The reasoning and the final answer of ``text`` (module doc for the rules); ``opened``: the
+    prompt ended with the opening marker (the chat template opened the reasoning)."""
     opening, closing = markers
     body = text or ""
     lead = len(body) - len(body.lstrip())
@@ -69,6 +72,8 @@ def split_text(text: str, markers: tuple[str, str] = DEFAULT_MARKERS) -> TextSpl
     if end >= 0 and opening not in body[:end]:
         after = end + len(closing)
         return TextSplit(reasoning=body[:end].strip(), answer=body[after:], answer_start=after)
+    if opened and end < 0:
+        return TextSplit(reasoning=body.strip(), answer="", answer_start=len(body), cut_off=True)
     return TextSplit(reasoning=None, answer=body, answer_start=0)
 
 
