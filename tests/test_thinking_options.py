@@ -87,6 +87,16 @@ def test_thinking_presets_are_listed_with_their_markers(capsys: pytest.CaptureFi
     assert preset_for_config({"model_type": "glm4v"}) is PRESETS["glm-4.1v-thinking"]
 
 
+def test_glm_answer_box_is_read_after_the_reasoning() -> None:
+    from capjudge.backends.scripted import ScriptedBackend
+
+    glm = "<think>I count 97 objects, maybe 3.</think><answer>It fits well: <|begin_of_box|>85<|end_of_box|></answer>"
+    r = Judge("vanilla", ScriptedBackend(glm)).score(CATS, "two cats")
+    assert r.raw_score == 85 and r.details["boxed"] is True and r.details["reasoning"].startswith("I count 97")
+    both = "<think>x</think> \\boxed{70} and <|begin_of_box|>20<|end_of_box|>"
+    assert Judge("vanilla", ScriptedBackend(both)).score(CATS, "two cats").raw_score == 70  # \\boxed{} first
+
+
 def _thinking_server(req: Received) -> Reply:
     """vLLM with ``--reasoning-parser qwen3``: thinking unless the template was told otherwise."""
     kwargs = (req.body or {}).get("chat_template_kwargs") or {}

@@ -12,8 +12,9 @@ A thinking model writes ``<think>...</think>`` (or its own markers) before the a
 - otherwise there is no reasoning (markers in the middle of an answer, e.g. a quoted caption, are
   answer text).
 
-The final answer's ``\\boxed{...}`` (the last one, braces balanced) is what is read when present
-(:func:`boxed`).
+The final answer's ``\\boxed{...}`` (the last one, braces balanced; LLaVA-Critic-R1) is what is
+read when present, else its last ``<|begin_of_box|>...<|end_of_box|>`` (GLM-4.1V-Thinking and
+GLM-4.5V box their final answer so, inside ``<answer>...</answer>``) (:func:`boxed`).
 """
 
 from __future__ import annotations
@@ -78,11 +79,13 @@ def split_text(text: str, markers: tuple[str, str] = DEFAULT_MARKERS, *, opened:
 
 
 BOXED = "\\boxed{"
+GLM_BOX = ("<|begin_of_box|>", "<|end_of_box|>")
+"""GLM-4.1V-Thinking's / GLM-4.5V's answer box."""
 
 
 def boxed(answer: str) -> tuple[int, int] | None:
-    """The span of the content of the last ``\\boxed{...}`` in ``answer`` (braces balanced), or
-    ``None`` when it holds none."""
+    """The span of the content of the last ``\\boxed{...}`` in ``answer`` (braces balanced), else
+    of its last ``<|begin_of_box|>...<|end_of_box|>``; ``None`` when it holds neither."""
     start = answer.rfind(BOXED)
     while start >= 0:
         begin = start + len(BOXED)
@@ -95,7 +98,11 @@ def boxed(answer: str) -> tuple[int, int] | None:
                 if depth == 0:
                     return (begin, i)
         start = answer.rfind(BOXED, 0, start)  # unbalanced: an earlier one
+    close = answer.rfind(GLM_BOX[1])
+    opening = answer.rfind(GLM_BOX[0], 0, close) if close >= 0 else -1
+    if opening >= 0:
+        return (opening + len(GLM_BOX[0]), close)
     return None
 
 
-__all__ = ["BOXED", "DEFAULT_MARKERS", "KNOWN_MARKERS", "TextSplit", "boxed", "markers_of", "split_text"]
+__all__ = ["BOXED", "DEFAULT_MARKERS", "GLM_BOX", "KNOWN_MARKERS", "TextSplit", "boxed", "markers_of", "split_text"]

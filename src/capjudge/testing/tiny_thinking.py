@@ -46,8 +46,10 @@ image as Qwen-VL writes it."""
 _NO_THINKING = "{% set enable_thinking = false %}"
 
 
-def build_tiny_thinking_vlm(folder: str | Path, seed: int = 0) -> Path:
-    """Write the tiny thinking model (module doc) with its processor to ``folder``; returns the path."""
+def build_tiny_thinking_vlm(folder: str | Path, seed: int = 0, *, head_dim: int = 16) -> Path:
+    """Write the tiny thinking model (module doc) with its processor to ``folder``; returns the path.
+    ``head_dim=32`` makes a text model of width 128 that vLLM's CPU attention accepts (it refuses
+    a head size of 16)."""
     import torch
     import transformers
 
@@ -59,6 +61,8 @@ def build_tiny_thinking_vlm(folder: str | Path, seed: int = 0) -> Path:
         eos_token=spec.eos_token, add_bos=spec.add_bos, named_tokens=spec.named_tokens,
     )
     config, processor = spec.make(tok, seed)
+    if head_dim != 16:
+        _widen(config, head_dim)
     tok = processor.tokenizer
     tid = token_lookup(tok)
     newline, blank = tid("\n"), tid("\n\n")
@@ -79,6 +83,18 @@ def build_tiny_thinking_vlm(folder: str | Path, seed: int = 0) -> Path:
         encoding="utf-8",
     )
     return out
+
+
+def _widen(config: Any, head_dim: int) -> None:
+    """The text model with heads of ``head_dim`` (same head count; rotary sections scaled)."""
+    text = config.text_config
+    width = text.num_attention_heads * head_dim
+    text.hidden_size, text.head_dim, text.intermediate_size = width, head_dim, 2 * width
+    rope = dict(text.rope_parameters)
+    half = head_dim // 2
+    rope["mrope_section"] = [half - 2 * (half // 3), half // 3, half // 3]
+    text.rope_parameters = rope
+    config.vision_config.out_hidden_size = width
 
 
 def _plant_reasoning(model: Any, chain: list[tuple[int, int]], states: list[int]) -> None:
