@@ -55,16 +55,16 @@ def test_plan_modes_budgets_and_markers() -> None:
 def test_annotate_marks_a_template_opened_reasoning_and_the_reader_cuts_it_off() -> None:
     p = plan(Thinking(), OPENS, "m")
     out = Completion(text="the image shows 97 cats", finish_reason="length")
-    p.annotate(out, lambda: "<|im_start|>assistant\n<think>\n")
+    p.annotate(out, lambda _: "<|im_start|>assistant\n<think>\n", ())
     assert out.meta == {"reasoning_opened": True}
     fa = final_answer(out)
     assert fa.cut_off and fa.reasoning == "the image shows 97 cats"
     done = Completion(text="I count 97</think>\n\n0.4")
-    p.annotate(done, lambda: "<|im_start|>assistant\n<think>\n")
+    p.annotate(done, lambda _: "<|im_start|>assistant\n<think>\n", ())
     assert final_answer(done).completion.text == "\n\n0.4" and not final_answer(done).cut_off
     # the prompt did not open it (thinking off): an answer without markers is an answer
     plain = Completion(text="0.4")
-    p.annotate(plain, lambda: "<|im_start|>assistant\n<think>\n\n</think>\n\n")
+    p.annotate(plain, lambda _: "<|im_start|>assistant\n<think>\n\n</think>\n\n", ())
     assert plain.meta == {} and final_answer(plain).plain
     # a server that split the reasoning out sent the answer: not a cut-off
     sep = Completion(text="0.4", meta={"reasoning_opened": True, "reasoning": "97?"})

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from capjudge.backends.base import Completion, Request
+from capjudge.backends.base import Completion, Message, Request
 from capjudge.backends.options import OptionError, as_int
 from capjudge.parsing.reasoning import DEFAULT_MARKERS, KNOWN_MARKERS
 
@@ -142,16 +142,17 @@ class Plan:
             return list(requests)
         return [dataclasses.replace(r, config=dataclasses.replace(r.config, max_new_tokens=r.config.max_new_tokens + self.extra_tokens)) for r in requests]
 
-    def annotate(self, out: Completion | BaseException, prompt: Callable[[], str]) -> None:
+    def annotate(self, out: Completion | BaseException | None, render: Callable[[Sequence[Message]], str], messages: Sequence[Message]) -> None:
         """Tell the reader the markers (when not ``<think>``) and whether the prompt opened the
-        reasoning (``prompt()`` renders it; called only when the template holds the marker)."""
+        reasoning (``render(messages)`` is the prompt; called only when the template holds the
+        opening marker)."""
         if not isinstance(out, Completion):
             return
         if self.markers is not None and self.pair != DEFAULT_MARKERS:
             out.meta["reasoning_markers"] = list(self.pair)
         if self.watch_prompt:
             try:
-                opened = prompt().rstrip().endswith(self.pair[0])
+                opened = render(messages).rstrip().endswith(self.pair[0])
             except Exception:  # noqa: BLE001 - the answer stands; the reader splits it as text
                 opened = False
             if opened:

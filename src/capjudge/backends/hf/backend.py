@@ -345,9 +345,8 @@ class HFBackend(Backend):
                     if isinstance(out, Completion) and i in notes:
                         out.meta["prefix_reuse"] = notes[i]  # why this answer was decoded on its own
                     results[i] = out
-        for r, out in zip(asked, results):
-            if out is not None:
-                self._thinking.annotate(out, lambda r=r: self.format_prompt(r.messages))
+        for r, answer in zip(asked, results):
+            self._thinking.annotate(answer, self.format_prompt, r.messages)
         return [r if r is not None else BackendError("not answered") for r in results]
 
     def _generate_safely(self, reqs: Sequence[Request]) -> list[Completion | BaseException]:

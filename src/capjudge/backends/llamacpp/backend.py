@@ -337,7 +337,7 @@ class LlamaCppBackend(MtmdPrompt, Backend):
                 except Exception as exc:  # noqa: BLE001 - one bad request never loses the others
                     out[i] = exc
         for r, answer in zip(asked, out):
-            self._thinking.annotate(answer, lambda r=r: self.render(r.messages))
+            self._thinking.annotate(answer, self.render, r.messages)
         return out
 
     def close(self) -> None:
