@@ -22,7 +22,14 @@ LLaVA-1.5:
 - ``pad_square``: pad images to a square with the processor's mean colour first (LLaVA-1.5 does;
   any-resolution models tile or resize the image themselves and must not be padded);
 - ``dtype``: the dtype the family's authors run it in on a GPU (``dtype=auto`` picks it on CUDA;
-  a CPU runs float32).
+  a CPU runs float32);
+- thinking models: ``thinking`` (``""``: not one; ``always``: it writes its reasoning itself, or
+  its template opens it; ``hybrid``: its chat template switches it with ``enable_thinking``,
+  on by default), ``reasoning_markers`` (a name of
+  :data:`capjudge.parsing.reasoning.KNOWN_MARKERS`) and ``answer_box`` (how the final answer is
+  boxed: ``\\boxed{}`` or GLM's ``<|begin_of_box|>...<|end_of_box|>``). A thinking model's
+  score is read from its final answer only (:mod:`capjudge.judges.reasoning`); the thinking
+  budget is added to its token budget (:mod:`capjudge.backends.thinking`).
 
 Options given explicitly (``?chat_format=...``, ``pad_square``, ``dtype``, ``system_policy``) always
 win over the preset. The preset's name is part of the backend's identity (cache keys) and of every
@@ -39,6 +46,7 @@ from typing import Any, Literal
 
 from capjudge.backends import kinds
 from capjudge.errors import CapjudgeError
+from capjudge.parsing.reasoning import DEFAULT_MARKERS, KNOWN_MARKERS
 
 ChatFormat = Literal["llava", "template", "plain"]
 SystemPolicy = Literal["keep", "fold"]
@@ -73,6 +81,14 @@ class JudgePreset:
     aliases: tuple[str, ...] = field(default_factory=tuple)
     detected_by: str = ""
     """How ``preset=auto`` recognises the family when its ``model_type`` is shared with another."""
+    thinking: str = ""
+    reasoning_markers: str | None = None
+    answer_box: str | None = None
+
+    @property
+    def thinks(self) -> bool:
+        """The model reasons before answering by default."""
+        return self.thinking in ("always", "hybrid")
 
     def system_for(self, method_system: str | None) -> str | None:
         """The system text of a judge whose ``system`` is ``"auto"``, given the method's sentence."""
@@ -94,6 +110,9 @@ class JudgePreset:
             "backends": list(self.backends),
             "examples": list(self.examples),
             "notes": self.notes,
+            "thinking": self.thinking or None,
+            "reasoning_markers": list(KNOWN_MARKERS[self.reasoning_markers]) if self.reasoning_markers else (list(DEFAULT_MARKERS) if self.thinking else None),
+            "answer_box": self.answer_box,
         }
 
 
@@ -138,6 +157,45 @@ _PRESETS: tuple[JudgePreset, ...] = (
     JudgePreset(
         "qwen3-vl", "Qwen3-VL", ("qwen3_vl", "qwen3_vl_moe"), "template", "keep", "template", False, "bfloat16",
         backends=_HF_GGUF, examples=("Qwen/Qwen3-VL-8B-Instruct",), notes="dynamic resolution (image grid)",
+    ),
+    JudgePreset(
+        "qwen3-vl-thinking", "Qwen3-VL Thinking", (), "template", "keep", "template", False, "bfloat16",
+        backends=_HF_GGUF, examples=("Qwen/Qwen3-VL-8B-Thinking", "Qwen/Qwen3-VL-30B-A3B-Thinking"),
+        notes="its chat template opens <think> at the end of the prompt; the answer follows </think>",
+        detected_by="model_type qwen3_vl / qwen3_vl_moe and 'thinking' in the model's name",
+        thinking="always", reasoning_markers="think",
+    ),
+    JudgePreset(
+        "qwen3-hybrid", "Qwen3 hybrid thinking (template with enable_thinking)", (), "template", "keep", "template", False, "bfloat16",
+        backends=("hf", "llamacpp"), examples=("Qwen/Qwen3-8B (text only)", "a Qwen3-VL fine-tune with Qwen3's hybrid template"),
+        notes="thinks unless --thinking off (enable_thinking=False writes an empty <think></think> into the prompt)",
+        detected_by="named only (--judge qwen3-hybrid); thinking=auto detects the switch from the template",
+        thinking="hybrid", reasoning_markers="think",
+    ),
+    JudgePreset(
+        "glm-4.1v-thinking", "GLM-4.1V-Thinking", ("glm4v",), "template", "keep", "template", False, "bfloat16",
+        backends=("hf",), examples=("zai-org/GLM-4.1V-9B-Thinking",),
+        notes="always thinks: <think>...</think> then <answer>...</answer>, the final answer inside <|begin_of_box|>...<|end_of_box|>",
+        thinking="always", reasoning_markers="think", answer_box="<|begin_of_box|>...<|end_of_box|>", aliases=("glm4v", "glm-4.1v"),
+    ),
+    JudgePreset(
+        "glm-4.5v", "GLM-4.5V", ("glm4v_moe",), "template", "keep", "template", False, "bfloat16",
+        backends=("hf",), examples=("zai-org/GLM-4.5V",),
+        notes="hybrid: thinks unless enable_thinking is false (--thinking off); answer inside <|begin_of_box|>...<|end_of_box|>",
+        thinking="hybrid", reasoning_markers="think", answer_box="<|begin_of_box|>...<|end_of_box|>", aliases=("glm4.5v",),
+    ),
+    JudgePreset(
+        "kimi-vl-thinking", "Kimi-VL Thinking", ("kimi_vl",), "template", "keep", "template", False, "bfloat16",
+        backends=("hf",), examples=("moonshotai/Kimi-VL-A3B-Thinking-2506",),
+        notes="reasoning between \u25c1think\u25b7 and \u25c1/think\u25b7; needs trust_remote_code=true",
+        thinking="always", reasoning_markers="kimi", aliases=("kimi-vl",),
+    ),
+    JudgePreset(
+        "llava-critic-r1", "LLaVA-Critic-R1", (), "template", "keep", "template", False, "bfloat16",
+        backends=("hf",), examples=("lmms-lab/LLaVA-Critic-R1-7B",),
+        notes="Qwen2.5-VL trained with RL to judge: <think>...</think> then the verdict or score in \\boxed{}",
+        detected_by="model_type qwen2_5_vl and 'critic-r1' in the model's name",
+        thinking="always", reasoning_markers="think", answer_box="\\boxed{}", aliases=("critic-r1",),
     ),
     JudgePreset(
         "gemma3", "Gemma 3", ("gemma3",), "template", "keep", "template", False, "bfloat16",
@@ -205,10 +263,13 @@ def preset_for_config(config: Mapping[str, Any], name_hint: str = "") -> JudgePr
         vision = config.get("vision_config") or {}
         if isinstance(vision, Mapping) and str(vision.get("model_type", "")).lower() == "pixtral":
             return PRESETS["pixtral"]
-    if model_type == "llava_onevision":
-        names = f"{name_hint} {config.get('_name_or_path', '')}".lower()
-        if "critic" in names:
-            return PRESETS["llava-critic"]
+    names = f"{name_hint} {config.get('_name_or_path', '')}".lower()
+    if model_type == "llava_onevision" and "critic" in names:
+        return PRESETS["llava-critic"]
+    if model_type in ("qwen3_vl", "qwen3_vl_moe") and "thinking" in names:
+        return PRESETS["qwen3-vl-thinking"]
+    if model_type == "qwen2_5_vl" and "critic-r1" in names:
+        return PRESETS["llava-critic-r1"]
     name = _BY_MODEL_TYPE.get(model_type)
     return PRESETS[name] if name else None
 

@@ -135,6 +135,14 @@ def backend_options(args: argparse.Namespace) -> dict[str, Any]:
         if not kinds.of_spec(args.backend).api:
             raise UsageError(f"{', '.join('--' + k.replace('_', '-') for k in api_flags)} apply to API backends only")
         options.update(api_flags)
+    thinking = thinking_options(args, options)
+    if thinking:
+        from capjudge.backends import kinds
+
+        entry = kinds.of_spec(args.backend)
+        if entry.api and not entry.url_target:
+            raise UsageError(f"--thinking / --thinking-budget are for open thinking models (hf:, llamacpp:, openai-compatible:); {entry.name} reasoning models take --backend-opt reasoning_effort=low|medium|high and reasoning_budget=N")
+        options.update(thinking)
     return options
 
 
@@ -347,7 +355,30 @@ def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None,
     api.add_argument("--max-cost", type=float, default=None, metavar="USD", help="stop before the run spends more than this; requests not sent become error records")
     api.add_argument("--prices", default=None, metavar="JSON", help="price overrides: JSON file of model -> {\"input\": USD/1M, \"output\": USD/1M}")
     api.add_argument("--detail", choices=("low", "high", "auto"), default=None, help="image detail for OpenAI models")
+    add_thinking_options(p)
     add_image_options(p)
+
+
+def add_thinking_options(p: argparse.ArgumentParser) -> None:
+    """``--thinking on|off|auto`` and ``--thinking-budget N``: open thinking models on hf:,
+    llamacpp: and openai-compatible: (backend options ``thinking`` / ``thinking_budget``)."""
+    g = p.add_argument_group("thinking models (hf, llamacpp, openai-compatible)")
+    g.add_argument("--thinking", choices=("on", "off", "auto"), default=None, help="turn a hybrid model's thinking on or off through its chat template (enable_thinking; chat_template_kwargs on vLLM); auto (default): the template's own default")
+    g.add_argument("--thinking-budget", type=int, default=None, metavar="N", help="tokens added to the method's answer length for the reasoning (default 4096 when the model thinks)")
+
+
+def thinking_options(args: argparse.Namespace, options: Mapping[str, Any]) -> dict[str, Any]:
+    """The backend options of ``--thinking`` / ``--thinking-budget``; the same option given both
+    ways with different values is a usage error."""
+    flags = {"thinking": getattr(args, "thinking", None), "thinking_budget": getattr(args, "thinking_budget", None)}
+    out: dict[str, Any] = {}
+    for key, value in flags.items():
+        if value is None:
+            continue
+        if key in options and str(options[key]).strip().lower() != str(value).lower():
+            raise UsageError(f"--{key.replace('_', '-')} {value} and --backend-opt {key}={options[key]} disagree: give one of them")
+        out[key] = value
+    return out
 
 
 def add_resume(p: argparse.ArgumentParser) -> None:

@@ -3,7 +3,8 @@ its final answer, on every backend.
 
 The reasoning comes inline (``<think>...</think>`` or the model's own markers, named by
 ``Completion.meta["reasoning_markers"]``; a chat template that opened ``<think>`` leaves only the
-closing marker; :mod:`capjudge.parsing.reasoning`) or in a separate field of an OpenAI-protocol
+closing marker, and the backend says so with ``meta["reasoning_opened"]``, so that an answer
+without the closing marker is a reasoning cut off; :mod:`capjudge.parsing.reasoning`) or in a separate field of an OpenAI-protocol
 server (``message.reasoning_content`` / ``message.reasoning``, carried by the backend as
 ``Completion.meta["reasoning"]``). Scores and verdicts are read from the final answer only (its
 last ``\\boxed{...}`` when it has one), and FLEUR's digit smoothing from the token steps after the
@@ -30,7 +31,7 @@ ends with :data:`TRUNCATED` and ``details.reasoning_chars`` gives its full lengt
 
 TRUNCATED = " [...]"
 
-META_KEYS = ("reasoning", "reasoning_markers")
+META_KEYS = ("reasoning", "reasoning_markers", "reasoning_opened")
 """``Completion.meta`` keys read here (not repeated in ``details.backend_meta``)."""
 
 
@@ -105,7 +106,9 @@ def final_answer(out: Completion) -> FinalAnswer:
     meta = out.meta or {}
     markers = markers_of(meta.get("reasoning_markers"))
     separate = meta.get("reasoning") if isinstance(meta.get("reasoning"), str) else None
-    split = split_text(out.text, markers)
+    # A template-opened reasoning only counts inline: a server that split it out sent the answer.
+    opened = bool(meta.get("reasoning_opened")) and separate is None
+    split = split_text(out.text, markers, opened=opened)
     parts = [p.strip() for p in (separate, split.reasoning) if p and p.strip()]
     reasoning = "\n\n".join(parts) if parts else ("" if split.reasoning is not None else None)
     cut_off = split.cut_off or bool(separate and separate.strip() and not out.text.strip() and out.finish_reason == "length")

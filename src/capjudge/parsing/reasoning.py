@@ -7,11 +7,14 @@ A thinking model writes ``<think>...</think>`` (or its own markers) before the a
 - the answer holds a closing marker and no opening marker before it: the chat template opened the
   reasoning (Qwen3-style templates end the prompt with ``<think>``), which runs from the start to
   that closing marker;
+- the backend knows the prompt ended with the opening marker (``opened``) and the answer holds no
+  closing marker: the reasoning was cut off;
 - otherwise there is no reasoning (markers in the middle of an answer, e.g. a quoted caption, are
   answer text).
 
-The final answer's ``\\boxed{...}`` (the last one, braces balanced) is what is read when present
-(:func:`boxed`).
+The final answer's ``\\boxed{...}`` (the last one, braces balanced; LLaVA-Critic-R1) is what is
+read when present, else its last ``<|begin_of_box|>...<|end_of_box|>`` (GLM-4.1V-Thinking and
+GLM-4.5V box their final answer so, inside ``<answer>...</answer>``) (:func:`boxed`).
 """
 
 from __future__ import annotations
@@ -53,8 +56,9 @@ def markers_of(value: object) -> tuple[str, str]:
     return DEFAULT_MARKERS
 
 
-def split_text(text: str, markers: tuple[str, str] = DEFAULT_MARKERS) -> TextSplit:
-    """The reasoning and the final answer of ``text`` (module doc for the rules)."""
+def split_text(text: str, markers: tuple[str, str] = DEFAULT_MARKERS, *, opened: bool = False) -> TextSplit:
+    """The reasoning and the final answer of ``text`` (module doc for the rules); ``opened``: the
+    prompt ended with the opening marker (the chat template opened the reasoning)."""
     opening, closing = markers
     body = text or ""
     lead = len(body) - len(body.lstrip())
@@ -69,15 +73,19 @@ def split_text(text: str, markers: tuple[str, str] = DEFAULT_MARKERS) -> TextSpl
     if end >= 0 and opening not in body[:end]:
         after = end + len(closing)
         return TextSplit(reasoning=body[:end].strip(), answer=body[after:], answer_start=after)
+    if opened and end < 0:
+        return TextSplit(reasoning=body.strip(), answer="", answer_start=len(body), cut_off=True)
     return TextSplit(reasoning=None, answer=body, answer_start=0)
 
 
 BOXED = "\\boxed{"
+GLM_BOX = ("<|begin_of_box|>", "<|end_of_box|>")
+"""GLM-4.1V-Thinking's / GLM-4.5V's answer box."""
 
 
 def boxed(answer: str) -> tuple[int, int] | None:
-    """The span of the content of the last ``\\boxed{...}`` in ``answer`` (braces balanced), or
-    ``None`` when it holds none."""
+    """The span of the content of the last ``\\boxed{...}`` in ``answer`` (braces balanced), else
+    of its last ``<|begin_of_box|>...<|end_of_box|>``; ``None`` when it holds neither."""
     start = answer.rfind(BOXED)
     while start >= 0:
         begin = start + len(BOXED)
@@ -90,7 +98,11 @@ def boxed(answer: str) -> tuple[int, int] | None:
                 if depth == 0:
                     return (begin, i)
         start = answer.rfind(BOXED, 0, start)  # unbalanced: an earlier one
+    close = answer.rfind(GLM_BOX[1])
+    opening = answer.rfind(GLM_BOX[0], 0, close) if close >= 0 else -1
+    if opening >= 0:
+        return (opening + len(GLM_BOX[0]), close)
     return None
 
 
-__all__ = ["BOXED", "DEFAULT_MARKERS", "KNOWN_MARKERS", "TextSplit", "boxed", "markers_of", "split_text"]
+__all__ = ["BOXED", "DEFAULT_MARKERS", "GLM_BOX", "KNOWN_MARKERS", "TextSplit", "boxed", "markers_of", "split_text"]

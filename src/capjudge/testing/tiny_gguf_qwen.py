@@ -35,7 +35,15 @@ from capjudge.testing.tiny_gguf import (
     plant_bigram,
 )
 
-__all__ = ["QWEN_CHAT_TEMPLATE", "build_tiny_qwen25vl_gguf", "write_tiny_qwen2vl_text", "write_tiny_qwen25vl_projector"]
+__all__ = [
+    "QWEN_CHAT_TEMPLATE",
+    "REASONING_TOKEN",
+    "THINKING_CHAT_TEMPLATE",
+    "build_tiny_qwen25vl_gguf",
+    "build_tiny_thinking_gguf",
+    "write_tiny_qwen2vl_text",
+    "write_tiny_qwen25vl_projector",
+]
 
 # ChatML as Qwen2-VL / Qwen2.5-VL use it: a default system turn, images inside the user turn.
 QWEN_CHAT_TEMPLATE = (
@@ -50,6 +58,16 @@ QWEN_CHAT_TEMPLATE = (
     "{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
+
+THINKING_CHAT_TEMPLATE = QWEN_CHAT_TEMPLATE.replace(
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}",
+    "{% if add_generation_prompt %}<|im_start|>assistant\n"
+    "{% if enable_thinking is defined and enable_thinking is false %}<think>\n\n</think>\n\n{% endif %}{% endif %}",
+)
+"""Qwen3's hybrid generation prompt (``enable_thinking``) on the ChatML template above."""
+
+REASONING_TOKEN = "score 97 out of 100, or 3"
+"""The reasoning of the thinking variant: one user-defined token whose text holds digits."""
 
 SPECIAL_TOKENS: tuple[str, ...] = (
     "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>",
@@ -74,8 +92,9 @@ def _bytes_to_unicode() -> dict[int, str]:
     return out
 
 
-def _vocab() -> tuple[list[str], list[int], list[str]]:
-    """Tokens, token types and merges of the tiny byte-level BPE vocabulary."""
+def _vocab(thinking: bool = False) -> tuple[list[str], list[int], list[str]]:
+    """Tokens, token types and merges of the tiny byte-level BPE vocabulary (``thinking``: with
+    ``\n\n`` as one token and ``<think>``, ``</think>`` and the reasoning token user-defined)."""
     b2u = _bytes_to_unicode()
     tokens = [b2u[b] for b in range(256)]
     seen = set(tokens)
@@ -89,29 +108,51 @@ def _vocab() -> tuple[list[str], list[int], list[str]]:
                     tokens.append(piece[:k])
                     merges.append(f"{piece[: k - 1]} {piece[k - 1]}")
     types = [1] * len(tokens) + [3] * len(SPECIAL_TOKENS)  # NORMAL, then CONTROL
-    return tokens + list(SPECIAL_TOKENS), types, merges
+    tokens = tokens + list(SPECIAL_TOKENS)
+    if thinking:
+        newline = b2u[ord("\n")]
+        merges.append(f"{newline} {newline}")
+        tokens += [newline * 2, "<think>", "</think>", REASONING_TOKEN]
+        types += [1, 4, 4, 4]  # NORMAL, then USER_DEFINED (as Qwen3's <think> is)
+    return tokens, types, merges
 
 
-def write_tiny_qwen2vl_text(path: str | Path, seed: int = 0, *, chat_template: str | None = QWEN_CHAT_TEMPLATE) -> Path:
+def write_tiny_qwen2vl_text(path: str | Path, seed: int = 0, *, chat_template: str | None = QWEN_CHAT_TEMPLATE, thinking: bool = False, verdicts: bool = False) -> Path:
     """Write the tiny ``qwen2vl`` text model (f32) to ``path``, with ``chat_template`` as its
-    ``tokenizer.chat_template`` (``None``: a model that carries no template)."""
+    ``tokenizer.chat_template`` (``None``: a model that carries no template).
+
+    ``thinking``: after ``assistant\n`` it writes ``<think>``, :data:`REASONING_TOKEN`,
+    ``</think>``, ``\n\n`` and then its answer; after ``\n\n`` (the end of a prompt whose template
+    closed the reasoning, ``enable_thinking=False``) it answers at once. ``verdicts``: the answer is
+    ``A`` or ``B`` instead of ``0.d`` (pairwise prompts)."""
     import gguf
 
     rng = np.random.default_rng(seed)
-    tokens, types, merges = _vocab()
+    tokens, types, merges = _vocab(thinking)
     index = {t: i for i, t in enumerate(tokens)}
     newline = _bytes_to_unicode()[ord("\n")]
     d = _N_EMBD
+    answer_states: list[list[str]] = [["0"], ["."], list("123456789")]
+    answer_nexts: list[list[str]] = [["."], list("0123456789"), ["<|im_end|>"]]
+    if verdicts:
+        answer_states, answer_nexts = [["A", "B"]], [["<|im_end|>"]]
+    first = ["A", "B"] if verdicts else ["0"]
+    lead_states = [[newline]]
+    lead_nexts = [first]
+    if thinking:  # "\n" -> <think> -> reasoning -> </think> -> "\n\n" -> the answer
+        lead_states = [[newline], ["<think>"], [REASONING_TOKEN], ["</think>"], [newline * 2]]
+        lead_nexts = [["<think>"], [REASONING_TOKEN], ["</think>"], [newline * 2], first]
     # after "assistant\n": "0", then ".", a digit, then the end of the turn
     emb, out, s = plant_bigram(
         rng, tokens, d,
-        states=[[newline], ["0"], ["."], list("123456789")],
-        nexts=[["0"], ["."], list("0123456789"), ["<|im_end|>"]],
-        weaker={(2, "0"): 1.7},  # after ".", a first decimal of 0 is less likely (it would print "0.0.")
+        states=lead_states + answer_states,
+        nexts=lead_nexts + answer_nexts,
+        # after ".", a first decimal of 0 is less likely (it would print "0.0.")
+        weaker={} if verdicts else {(len(lead_states) + 1, "0"): 1.7},
     )
 
     w = gguf.GGUFWriter(str(path), "qwen2vl")
-    w.add_name("capjudge-tiny-qwen2.5-vl")
+    w.add_name("capjudge-tiny-qwen2.5-vl" + ("-thinking" if thinking else ""))
     add_text_dims(w)
     w.add_layer_norm_rms_eps(1e-6)
     w.add_rope_freq_base(10000.0)
@@ -208,4 +249,16 @@ def build_tiny_qwen25vl_gguf(
     width = _N_EMBD if projector_width is None else projector_width
     suffix = ("" if width == _N_EMBD else f"-w{width}") + ("" if projector_type == "qwen2.5vl_merger" else f"-{projector_type}")
     mmproj = write_tiny_qwen25vl_projector(directory / f"tiny-qwen2.5-vl-mmproj{suffix}.gguf", seed, text_width=width, projector_type=projector_type)
+    return model, mmproj
+
+
+def build_tiny_thinking_gguf(directory: str | Path, seed: int = 0, *, verdicts: bool = False) -> tuple[Path, Path]:
+    """The thinking variant (:func:`write_tiny_qwen2vl_text` with ``thinking``) with
+    :data:`THINKING_CHAT_TEMPLATE` and the tiny projector, in ``directory``; ``verdicts``: the
+    model answers ``A`` / ``B`` after its reasoning. Returns the model and projector paths."""
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    name = "tiny-thinking-verdicts.gguf" if verdicts else "tiny-thinking.gguf"
+    model = write_tiny_qwen2vl_text(directory / name, seed, chat_template=THINKING_CHAT_TEMPLATE, thinking=True, verdicts=verdicts)
+    mmproj = write_tiny_qwen25vl_projector(directory / "tiny-thinking-mmproj.gguf", seed)
     return model, mmproj

@@ -441,7 +441,7 @@ def _text_model(model: Any) -> Any:
     return getattr(inner, "language_model", None) or inner.text_model
 
 
-def _judge_like(model: Any, tokenizer: Any, end_ids: list[int], seed: int) -> dict[str, Any]:
+def _judge_like(model: Any, tokenizer: Any, end_ids: list[int], seed: int, extra: int = 0) -> dict[str, Any]:
     """Hand-set the weights that make the model answer like a judge (see the module doc); returns
     the reserved dimensions for :func:`_calibrate`.
 
@@ -451,7 +451,8 @@ def _judge_like(model: Any, tokenizer: Any, end_ids: list[int], seed: int) -> di
     ``numbering`` and copies a flag, its head 1 averages a random projection of every position
     before it (image and text) into a "mood" that biases the digits. Nothing else writes to the
     reserved dimensions. Decimals 1-4 may be followed by a second decimal 5-9, which ends the
-    number: answers are ``0.x`` or ``0.xy``, never a loop of digits.
+    number: answers are ``0.x`` or ``0.xy``, never a loop of digits. ``extra`` more reserved
+    dimensions are kept free for a caller's own states (returned as ``"extra"``).
     """
     import torch
 
@@ -462,7 +463,8 @@ def _judge_like(model: Any, tokenizer: Any, end_ids: list[int], seed: int) -> di
     n_mood = 4
     end, zero, dot, more, last, comma, stop, bias, pairk, listk, pair, lst, anchor = (h - 1 - i for i in range(13))
     mood = [h - 14 - i for i in range(n_mood)]
-    reserved = [end, zero, dot, more, last, comma, stop, bias, pairk, listk, pair, lst, anchor, *mood]
+    more_states = [h - 14 - n_mood - i for i in range(extra)]
+    reserved = [end, zero, dot, more, last, comma, stop, bias, pairk, listk, pair, lst, anchor, *mood, *more_states]
     free = [i for i in range(h) if i not in reserved]
     gen = torch.Generator().manual_seed(seed + 1)
 
@@ -561,7 +563,7 @@ def _judge_like(model: Any, tokenizer: Any, end_ids: list[int], seed: int) -> di
             attn.v_proj.weight[hd + n_mood, bias] = 1.0
             attn.o_proj.weight[anchor, hd + n_mood] = 50.0
             post_norm.weight[anchor] = -1.0  # (1 + weight) = 0
-    return {"end": end, "pair": pair, "list": lst, "mood": mood}
+    return {"end": end, "pair": pair, "list": lst, "mood": mood, "extra": more_states}
 
 
 def _calibrate(model: Any, processor: Any, dims: dict[str, Any]) -> None:
@@ -592,6 +594,16 @@ def _calibrate(model: Any, processor: Any, dims: dict[str, Any]) -> None:
             size = float(v[rows].pow(2).mean().sqrt()) / float(v[dims["end"]])
             if size > 0:
                 scale(rows, target / size)
+
+
+def plant_judge(model: Any, tokenizer: Any, end_ids: list[int], seed: int, extra: int = 0) -> dict[str, Any]:
+    """The judge-like weights of every tiny model (:func:`_judge_like`), for other builders."""
+    return _judge_like(model, tokenizer, end_ids, seed, extra)
+
+
+def calibrate(model: Any, processor: Any, dims: dict[str, Any]) -> None:
+    """Scale the planted flags to this model (:func:`_calibrate`), for other builders."""
+    _calibrate(model, processor, dims)
 
 
 def _post_attention_norm(layer: Any) -> Any:

@@ -56,10 +56,14 @@ from capjudge.backends.hf.prefix import PrefixReuser
 from capjudge.backends.hf.prompt_text import defuse, fold_system, render_plain
 from capjudge.backends.hf.settings import check_system_policy, device_and_dtype, resolve_settings
 from capjudge.backends.hf.specials import GuardedTokenizer, SpecialText, guarded_processor
+from capjudge.backends.hf.thinking import hf_plan, loaded_template, template_text
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import OptionError, as_bool, as_int, check_known
 from capjudge.backends.presets import CHAT_FORMATS, Resolved, UnknownPresetError, get_preset
 from capjudge.backends.registry import BackendSpec
+from capjudge.backends.thinking import OPTIONS as THINKING_OPTIONS
+from capjudge.backends.thinking import Thinking
+from capjudge.backends.thinking import parse as parse_thinking
 from capjudge.images import pad_to_square
 from capjudge.redact import get_logger
 
@@ -94,6 +98,10 @@ class HFBackend(Backend):
     prefix_reuse:
         Score the captions of one image from one shared prefix computation (default on; see
         :mod:`capjudge.backends.hf.prefix`); results equal independent decoding.
+    thinking, thinking_budget, reasoning_markers:
+        Thinking models (:mod:`capjudge.backends.thinking`): ``"on"``/``"off"`` render the chat
+        template with ``enable_thinking`` (a usage error on a template without it), ``"auto"`` its
+        default; the budget is added to ``max_new_tokens`` when the model thinks.
     load_4bit:
         Load the weights in 4 bits with bitsandbytes, with the settings of LLaVA's own loader
         (NF4, double quantisation, float16 compute), as the VisCE2 code's released runs did. Needs
@@ -118,6 +126,9 @@ class HFBackend(Backend):
         attn_implementation: str | None = None,
         trust_remote_code: bool = False,
         load_4bit: bool = False,
+        thinking: str = "auto",
+        thinking_budget: int | None = None,
+        reasoning_markers: str | None = None,
     ) -> None:
         try:
             import torch
@@ -141,6 +152,9 @@ class HFBackend(Backend):
         self.system_policy = self.settings.system_policy
         self._warned_fold = False
         self.prefix_reuse = as_bool(prefix_reuse, "prefix_reuse")
+        self.thinking = parse_thinking({"thinking": thinking, "thinking_budget": thinking_budget, "reasoning_markers": reasoning_markers})
+        if not self.thinking.default:  # a model without the switch fails before it loads
+            hf_plan(model, self.thinking, template_text(model, local_files_only), self.chat_format, self.preset)
         kwargs: dict[str, Any] = {"local_files_only": local_files_only, "trust_remote_code": trust_remote_code}
         if not Path(model).is_dir() and local_files_only and Path(model).suffix:
             raise BackendError(f"model folder {model!r} not found")
@@ -172,6 +186,7 @@ class HFBackend(Backend):
         self._specials = SpecialText(self.tokenizer)
         self.prompt_tokenizer = GuardedTokenizer(self._specials)
         self._encode_processor = guarded_processor(self.processor, self.prompt_tokenizer)  # one guard for both paths
+        self._thinking = hf_plan(model, self.thinking, loaded_template(self.processor), self.chat_format, self.preset)
         self.eos_ids = self._eos_ids()
         self.digit_ids = self._digit_token_ids()
         self.max_context, self.context_source = context_limit(self.net.config)
@@ -224,7 +239,7 @@ class HFBackend(Backend):
 
     def _make_identity(self) -> dict[str, Any]:
         revision = lambda: getattr(self.net.config, "_commit_hash", None)  # noqa: E731 - hub ids only
-        return model_identity(self.model, self.dtype_name, self.pad_square, self.chat_format, self._attn_implementation, revision, load_4bit=self.load_4bit, settings=self.settings)
+        return model_identity(self.model, self.dtype_name, self.pad_square, self.chat_format, self._attn_implementation, revision, load_4bit=self.load_4bit, settings=self.settings, thinking=self.thinking)
 
     def identity(self) -> dict[str, Any]:
         """Kind, model, dtype and preprocessing settings (local folders: a hash of their files)."""
@@ -262,7 +277,8 @@ class HFBackend(Backend):
             content: list[dict[str, Any]] = [{"type": "image"} for _ in m.images]
             content.append({"type": "text", "text": defuse(m.content, marker)})
             conv.append({"role": m.role, "content": content})
-        return str(self.processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False))
+        extra = self._thinking.template_kwargs  # enable_thinking, only when asked for
+        return str(self.processor.apply_chat_template(conv, add_generation_prompt=True, tokenize=False, **extra))
 
     def prepare_image(self, request_image: Any) -> Any:
         """The PIL image the processor receives (padded to a square with the mean colour)."""
@@ -303,7 +319,11 @@ class HFBackend(Backend):
     # ---------------------------------------------------------------- generation
     def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
         """Answer the requests in batches of ``batch_size`` (same image count and settings per
-        batch); a batch that fails is retried one request at a time, so that only the bad one fails."""
+        batch); a batch that fails is retried one request at a time, so that only the bad one fails.
+        A thinking model's budget is added to ``max_new_tokens`` and its answers say whether the
+        prompt opened the reasoning (:mod:`capjudge.backends.thinking`)."""
+        asked = requests
+        requests = self._thinking.budgeted(requests)
         results: list[Completion | BaseException | None] = [None] * len(requests)
         notes: dict[int, str] = {}
         if self.prefix_reuse and self._prefix is not None:
@@ -324,6 +344,8 @@ class HFBackend(Backend):
                     if isinstance(out, Completion) and i in notes:
                         out.meta["prefix_reuse"] = notes[i]  # why this answer was decoded on its own
                     results[i] = out
+        for r, answer in zip(asked, results):
+            self._thinking.annotate(answer, self.format_prompt, r.messages)
         return [r if r is not None else BackendError("not answered") for r in results]
 
     def _generate_safely(self, reqs: Sequence[Request]) -> list[Completion | BaseException]:
@@ -453,6 +475,9 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     for name in ("trust_remote_code", "local_files_only", "pad_square", "prefix_reuse", "load_4bit"):
         if name in options and options[name] is not None:
             options[name] = as_bool(options[name], name)
+    if any(k in options for k in THINKING_OPTIONS):
+        settings = parse_thinking(options)
+        options.update(thinking=settings.mode, thinking_budget=settings.budget, reasoning_markers=settings.markers)
     dtype = options.get("dtype")
     if dtype is not None and str(dtype) not in _DTYPES:
         raise OptionError(f"option dtype={dtype!r} is not one of {', '.join(_DTYPES)}")
@@ -479,6 +504,7 @@ def model_identity(
     *,
     load_4bit: bool = False,
     settings: Resolved | None = None,
+    thinking: Thinking | None = None,
 ) -> dict[str, Any]:
     """What identifies an HF model's answers: settings (the judge preset and system policy
     included), and a hash of a local folder's files or the hub revision (``revision()``, called
@@ -489,6 +515,8 @@ def model_identity(
         ident["system_policy"] = settings.system_policy
     if load_4bit:
         ident["quantization"] = "bnb-nf4-double-fp16"
+    if thinking is not None:
+        ident.update(thinking.identity())  # non-default settings only: other identities unchanged
     path = Path(model)
     if path.is_dir():
         h = hashlib.sha256()
@@ -530,7 +558,10 @@ def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
             raise load_failure(model, exc) from exc
         return getattr(config, "_commit_hash", None)
 
-    ident = model_identity(model, dtype_name, settings.pad_square, settings.chat_format, opts.get("attn_implementation"), revision, load_4bit=load_4bit, settings=settings)
+    thinking = parse_thinking(opts)
+    if not thinking.default:
+        hf_plan(model, thinking, template_text(model, local), settings.chat_format, settings.preset)
+    ident = model_identity(model, dtype_name, settings.pad_square, settings.chat_format, opts.get("attn_implementation"), revision, load_4bit=load_4bit, settings=settings, thinking=thinking)
     return LazyBackend(lambda: HFBackend(model, **opts), kind=HFBackend.kind, spec=f"hf:{model}", model=model, identity=ident)
 
 

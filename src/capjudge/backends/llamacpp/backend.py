@@ -70,6 +70,9 @@ from capjudge.backends.llamacpp.sampling import first_stop, image_group_key, sam
 from capjudge.backends.llamacpp.specials import ControlText
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import as_bool, as_int, check_known
+from capjudge.backends.thinking import OPTIONS as THINKING_OPTIONS
+from capjudge.backends.thinking import Plan, Thinking, plan
+from capjudge.backends.thinking import parse as parse_thinking
 from capjudge.redact import get_logger
 
 log = get_logger(__name__)
@@ -108,7 +111,7 @@ def check_files(model_path: Path, mmproj_path: Path | None, *, prompt_format: st
     return pair
 
 
-def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_batch: int, n_gpu_layers: int, seed: int, pair: GGUFPair | None = None) -> dict[str, Any]:
+def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_batch: int, n_gpu_layers: int, seed: int, pair: GGUFPair | None = None, thinking: Thinking | None = None) -> dict[str, Any]:
     """Kind, model file name and content digest, projector name and digest, the prompt format
     chosen (for a chat template: its digest, the architecture and projector type), and the
     settings that change the logits' rounding. LLaVA-1.5 (``llava_v1``) keeps the identity it had
@@ -128,7 +131,14 @@ def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_
         "prompt_block": block,
         "n_batch": int(n_batch),
         "n_gpu_layers": int(n_gpu_layers),
+        **(thinking.identity() if thinking is not None else {}),  # non-default thinking settings only
     }
+
+
+def gguf_plan(model_path: Path, pair: GGUFPair, thinking: Thinking) -> Plan:
+    """The thinking plan of a GGUF: its chat template (not LLaVA's ``llava_v1`` prompt) decides."""
+    source = pair.chat_template if pair.prompt_format == "chat_template" else None
+    return plan(thinking, source, model_path.name)
 
 
 def gguf_widths(model_path: Path, mmproj_path: Path) -> tuple[int | None, int | None]:
@@ -147,6 +157,8 @@ class LlamaCppBackend(MtmdPrompt, Backend):
     (at most ``n_batch``); ``<= 0`` evaluates whole batches and reuses only whole prompt chunks.
     ``prompt_format``: ``auto`` (chosen from the GGUF headers, see :mod:`.families`),
     ``llava_v1`` or ``chat_template``; ``chat_template``: a Jinja file replacing the model's own.
+    ``thinking`` (``on``/``off``/``auto``), ``thinking_budget``, ``reasoning_markers``: thinking
+    models (:mod:`capjudge.backends.thinking`; ``enable_thinking`` is a template variable).
     """
 
     kind = "llamacpp"
@@ -166,6 +178,9 @@ class LlamaCppBackend(MtmdPrompt, Backend):
         chat_template: str | Path | None = None,
         verbose: bool = False,
         spec: str = "",
+        thinking: str = "auto",
+        thinking_budget: int | None = None,
+        reasoning_markers: str | None = None,
     ) -> None:
         try:
             import llama_cpp
@@ -179,6 +194,8 @@ class LlamaCppBackend(MtmdPrompt, Backend):
         self.mmproj_path = Path(mmproj).expanduser() if mmproj else None
         template_path = Path(chat_template).expanduser() if chat_template else None
         self.pair = check_files(self.model_path, self.mmproj_path, prompt_format=prompt_format, chat_template=template_path)
+        self.thinking = parse_thinking({"thinking": thinking, "thinking_budget": thinking_budget, "reasoning_markers": reasoning_markers})
+        self._thinking = gguf_plan(self.model_path, self.pair, self.thinking)  # before loading: a missing switch fails first
         self.n_ctx = int(n_ctx)
         self.seed = int(seed)
         self.verbose = bool(verbose)
@@ -253,7 +270,7 @@ class LlamaCppBackend(MtmdPrompt, Backend):
             prefix_reuse=True,
             system_prompt=True,
         )
-        self._identity = model_identity(self.model_path, self.mmproj_path, block=self._block, n_batch=n_batch, n_gpu_layers=n_gpu_layers, seed=self.seed, pair=self.pair)
+        self._identity = model_identity(self.model_path, self.mmproj_path, block=self._block, n_batch=n_batch, n_gpu_layers=n_gpu_layers, seed=self.seed, pair=self.pair, thinking=self.thinking)
 
     # -- vocabulary ---------------------------------------------------------------------------
 
@@ -298,7 +315,7 @@ class LlamaCppBackend(MtmdPrompt, Backend):
         assert self.pair.chat_template is not None
         return render_chat_template(
             self.pair.chat_template, messages, self._marker,
-            bos=self._bos_text, eos=self._eos_text, strip_bos=self._strip_bos,
+            bos=self._bos_text, eos=self._eos_text, strip_bos=self._strip_bos, variables=self._thinking.template_kwargs,
         )
 
     # -- backend API --------------------------------------------------------------------------
@@ -308,7 +325,9 @@ class LlamaCppBackend(MtmdPrompt, Backend):
         return dict(self._identity)
 
     def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
-        """Answer each request; requests of one image are run one after another (prefix reuse)."""
+        """Answer each request; requests of one image are run one after another (prefix reuse). A
+        thinking model's budget is added to ``max_new_tokens`` (:mod:`capjudge.backends.thinking`)."""
+        asked, requests = requests, self._thinking.budgeted(requests)
         out: list[Completion | BaseException] = [BackendError("not run")] * len(requests)
         order = sorted(range(len(requests)), key=image_group_key(requests))
         with self._lock:
@@ -317,6 +336,8 @@ class LlamaCppBackend(MtmdPrompt, Backend):
                     out[i] = self._run(requests[i])
                 except Exception as exc:  # noqa: BLE001 - one bad request never loses the others
                     out[i] = exc
+        for r, answer in zip(asked, out):
+            self._thinking.annotate(answer, self.render, r.messages)
         return out
 
     def close(self) -> None:
@@ -507,7 +528,9 @@ def lazy_from_spec(spec: Any, **options: Any) -> Backend:
     mmproj = Path(str(o["mmproj"])).expanduser() if o["mmproj"] else None
     template = Path(str(o["chat_template"])).expanduser() if o["chat_template"] else None
     pair = check_files(model_path, mmproj, prompt_format=o["prompt_format"], chat_template=template)
-    ident = model_identity(model_path, mmproj, block=_block_size(o["prompt_block"], o["n_batch"]), n_batch=o["n_batch"], n_gpu_layers=o["n_gpu_layers"], seed=o["seed"], pair=pair)
+    thinking = parse_thinking(o)
+    gguf_plan(model_path, pair, thinking)
+    ident = model_identity(model_path, mmproj, block=_block_size(o["prompt_block"], o["n_batch"]), n_batch=o["n_batch"], n_gpu_layers=o["n_gpu_layers"], seed=o["seed"], pair=pair, thinking=thinking)
     raw = getattr(spec, "raw", "") or ""
     shown = raw or f"llamacpp:{model_path}" + (f"?mmproj={mmproj}" if mmproj else "")
     kwargs = {k: v for k, v in o.items() if k != "mmproj"}
@@ -518,7 +541,7 @@ def check_options(spec: Any, **options: Any) -> dict[str, Any]:
     """The options of ``llamacpp:`` converted and checked without loading anything: names,
     numbers, yes/no values, and the model and projector files, which must exist. Returns the
     keyword arguments of :class:`LlamaCppBackend` (``mmproj`` included)."""
-    check_known("llamacpp", options, ("mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "prompt_block", "seed", "prompt_format", "chat_template", "verbose", "clip_model_path"))
+    check_known("llamacpp", options, ("mmproj", "n_ctx", "n_threads", "n_gpu_layers", "n_batch", "prompt_block", "seed", "prompt_format", "chat_template", "verbose", "clip_model_path", *THINKING_OPTIONS))
     mmproj = options.get("mmproj") or options.get("clip_model_path")
     block = as_int(options.get("prompt_block"), "prompt_block")
     out = {
@@ -533,6 +556,8 @@ def check_options(spec: Any, **options: Any) -> dict[str, Any]:
         "chat_template": options.get("chat_template") or None,
         "verbose": as_bool(options.get("verbose", False), "verbose"),
     }
+    thinking = parse_thinking(options)
+    out.update(thinking=thinking.mode, thinking_budget=thinking.budget, reasoning_markers=thinking.markers)
     if out["prompt_format"] not in PROMPT_FORMATS:
         raise BackendError(f"llamacpp option prompt_format={out['prompt_format']!r}: use one of {', '.join(PROMPT_FORMATS)}")
     check_gguf(Path(spec.target).expanduser(), "model")

@@ -45,12 +45,12 @@ def _raise(message: str) -> None:
     raise BackendError(f"the model's chat template refused the conversation: {message}")
 
 
-def _render(source: str, messages: list[dict[str, Any]], *, add_generation_prompt: bool, bos: str, eos: str) -> str:
+def _render(source: str, messages: list[dict[str, Any]], *, add_generation_prompt: bool, bos: str, eos: str, variables: dict[str, Any] | None = None) -> str:
     from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
     return str(_compile(source).render(
         messages=messages, add_generation_prompt=add_generation_prompt, bos_token=bos, eos_token=eos,
-        raise_exception=_raise, strftime_now=Jinja2ChatFormatter.strftime_now,
+        raise_exception=_raise, strftime_now=Jinja2ChatFormatter.strftime_now, **(variables or {}),
     ))
 
 
@@ -65,13 +65,14 @@ def _typed_content(source: str, bos: str, eos: str) -> bool:
     return _NEEDLE in out and "'type'" not in out and '"type"' not in out
 
 
-def render_chat_template(source: str, messages: Sequence[Message], marker: str, *, bos: str, eos: str, strip_bos: bool) -> str:
+def render_chat_template(source: str, messages: Sequence[Message], marker: str, *, bos: str, eos: str, strip_bos: bool, variables: dict[str, Any] | None = None) -> str:
     """The prompt text of ``messages`` under the Jinja chat template ``source``.
 
     Each image is ``marker`` (libmtmd's media marker), placed before the message's text; a literal
     marker inside a text is defused so that it cannot stand for an image. A final assistant message
     is continued, not closed. ``strip_bos``: the tokenizer adds BOS itself, so a leading ``bos``
-    written by the template is dropped.
+    written by the template is dropped. ``variables``: more template variables
+    (``enable_thinking``).
     """
     safe = marker.replace("<", "< ")
     typed = _typed_content(source, bos, eos)
@@ -85,7 +86,7 @@ def render_chat_template(source: str, messages: Sequence[Message], marker: str, 
             conv.append({"role": m.role, "content": marker * len(m.images) + text})
     prefill = bool(messages) and messages[-1].role == "assistant"
     try:
-        out = _render(source, conv, add_generation_prompt=not prefill, bos=bos, eos=eos)
+        out = _render(source, conv, add_generation_prompt=not prefill, bos=bos, eos=eos, variables=variables)
     except BackendError:
         raise
     except Exception as exc:  # noqa: BLE001 - a template error is this request's failure

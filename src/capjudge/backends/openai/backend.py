@@ -77,7 +77,7 @@ from capjudge.backends.openai.retry import (
     within_deadline,
 )
 from capjudge.backends.openai.transport import LoopThread, post_json, send_chat
-from capjudge.backends.openai.wire import ChatWire, merge_extra, refused_field
+from capjudge.backends.openai.wire import ChatWire, merge_extra, refused_field, thinking_request
 from capjudge.backends.options import OptionError, as_json_object
 from capjudge.lazyexport import moved_names
 from capjudge.redact import get_logger, register_secret, scrub
@@ -170,6 +170,8 @@ class OpenAIBackend(Backend):
         reasoning_effort: str | None = None,
         reasoning_budget: int | None = None,
         url_auth: UrlAuth | None = None,
+        thinking: str | None = None,
+        thinking_budget: int | None = None,
     ) -> None:
         if not kinds.is_api(kind):
             raise ValueError(f"unknown OpenAI-protocol backend kind {kind!r} (known: {', '.join(kinds.api_kinds())})")
@@ -194,6 +196,8 @@ class OpenAIBackend(Backend):
         self.model_name = model_name or model
         self.detail = detail
         self.extra_body = as_json_object(extra_body, "extra_body")
+        # open thinking models: chat_template_kwargs into extra_body, a budget on max_tokens (.wire)
+        self.thinking, self.extra_body, thinking_tokens = thinking_request(kind, kinds.get(kind).url_target, thinking, thinking_budget, self.extra_body)
         self.concurrency = concurrency
         self.timeout = timeout
         self.retry = RetryPolicy(max_retries=max_retries, base_delay=retry_base_delay, max_delay=retry_max_delay)
@@ -241,6 +245,7 @@ class OpenAIBackend(Backend):
             logprobs_refused=None if caps.logprobs else (caps.note or "model returns no logprobs"),
             reasoning_effort=self.reasoning_effort,
             reasoning_budget=self.reasoning_budget,
+            thinking_budget=thinking_tokens,
         )
         self.capabilities = Capabilities(
             logprobs=caps.logprobs,
@@ -331,6 +336,7 @@ class OpenAIBackend(Backend):
             ident["reasoning"] = True
             ident["reasoning_effort"] = self.reasoning_effort
             ident["reasoning_budget"] = self.reasoning_budget
+        ident.update(self.thinking.identity())  # non-default thinking settings only
         if self.url_auth.public_query:  # the base URL's query, credentials left out
             ident["query"] = json.dumps(self.url_auth.public_query, sort_keys=True)
         return ident

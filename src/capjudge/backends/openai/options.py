@@ -14,10 +14,11 @@ from capjudge.backends.base import BackendError
 from capjudge.backends.credentials import is_secret_name, split_url
 from capjudge.backends.openai.backend import DETAILS, OpenAIBackend
 from capjudge.backends.openai.caps import REASONING_EFFORTS
+from capjudge.backends.openai.wire import thinking_request
 from capjudge.backends.options import OptionError, as_bool, as_float, as_int, check_known
 from capjudge.backends.registry import BackendSpec
 
-INT_OPTIONS = ("concurrency", "max_retries", "max_top_logprobs", "gone_after", "reasoning_budget")
+INT_OPTIONS = ("concurrency", "max_retries", "max_top_logprobs", "gone_after", "reasoning_budget", "thinking_budget")
 FLOAT_OPTIONS = ("timeout", "retry_base_delay", "retry_max_delay", "max_cost", "gone_grace")
 SECRET_OPTIONS = ("api_key", "azure_ad_token", "key", "token")
 COMPATIBLE_ONLY = ("add_special_tokens", "neutral_penalties")
@@ -57,6 +58,9 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
         raise OptionError(f"option reasoning_effort={opts['reasoning_effort']!r} is not one of {', '.join(REASONING_EFFORTS)}")
     if isinstance(opts.get("reasoning_budget"), int) and opts["reasoning_budget"] < 0:
         raise OptionError(f"option reasoning_budget={opts['reasoning_budget']!r}: a number of tokens, 0 or more")
+    if opts.get("thinking") is not None or opts.get("thinking_budget") is not None:
+        # open thinking models on a vLLM / SGLang server; openai:/azure: are told what they take
+        thinking_request(spec.kind, kinds.get(spec.kind).url_target, opts.get("thinking"), opts.get("thinking_budget"), {})
     if isinstance(opts.get("concurrency"), int) and opts["concurrency"] < 1:
         raise OptionError(f"option concurrency={opts['concurrency']!r}: at least 1 request must be in flight")
     opts["model"] = spec.target

@@ -16,6 +16,10 @@ from capjudge.backends.base import BackendError, Completion, Request, TokenStep
 from capjudge.backends.logprobs import InvalidLogprobError, as_logprob, steps_problem
 from capjudge.backends.openai.caps import AZURE_MAX_TOP_LOGPROBS, ModelCaps
 from capjudge.backends.openai.retry import MalformedResponseError
+from capjudge.backends.options import OptionError
+from capjudge.backends.thinking import SWITCH, Thinking
+from capjudge.backends.thinking import parse as parse_thinking
+from capjudge.backends.thinking import plan as thinking_plan
 from capjudge.usage import usage_from_report
 
 Refusal = Literal["penalties", "top_logprobs", "logprobs"]
@@ -27,6 +31,31 @@ class ReasoningBudgetExceeded(BackendError):
     spends the same budget; a larger ``reasoning_budget`` or a lower ``reasoning_effort`` cures it."""
 
     resumable = False
+
+
+def thinking_request(kind: str, url_target: bool, thinking: str | None, budget: Any, extra_body: dict[str, Any]) -> tuple[Thinking, dict[str, Any], int]:
+    """An OpenAI-compatible server's thinking settings (:mod:`capjudge.backends.thinking`): the
+    settings, the ``extra_body`` with ``chat_template_kwargs: {"enable_thinking": ...}`` added
+    (``on``/``off``; vLLM and SGLang pass it to the chat template), and the tokens added to
+    ``max_tokens``. ``openai:``/``azure:`` take ``reasoning_effort``/``reasoning_budget`` instead
+    (an :class:`OptionError`), as does a ``chat_template_kwargs`` of ``extra_body`` that says
+    otherwise."""
+    settings = parse_thinking({"thinking": thinking, "thinking_budget": budget})
+    if settings.default:
+        return settings, extra_body, 0
+    if not url_target:
+        raise OptionError(
+            f"thinking / thinking_budget are for open thinking models (hf:, llamacpp:, openai-compatible:); {kind} reasoning models "
+            "take --backend-opt reasoning_effort=low|medium|high and reasoning_budget=N"
+        )
+    plan = thinking_plan(settings, None, "", local=False)
+    body = dict(extra_body)
+    if plan.template_kwargs:
+        given = body.get("chat_template_kwargs") or {}
+        if not isinstance(given, dict) or given.get(SWITCH, plan.template_kwargs[SWITCH]) != plan.template_kwargs[SWITCH]:
+            raise OptionError(f"thinking={settings.mode} and extra_body's chat_template_kwargs {given!r} disagree: give one of them")
+        body["chat_template_kwargs"] = {**given, **plan.template_kwargs}
+    return settings, body, plan.extra_tokens
 
 
 def separate_reasoning(message: dict[str, Any]) -> str | None:
@@ -86,6 +115,7 @@ class ChatWire:
     logprobs_refused: str | None = None
     reasoning_effort: str | None = None  # reasoning models: sent as ``reasoning_effort`` (None: not sent)
     reasoning_budget: int = 0  # reasoning models: tokens given on top of the answer budget
+    thinking_budget: int = 0  # open thinking models (thinking=on): tokens added to max_tokens
     usage_warned: set[str] = field(default_factory=set)  # usage fields this server reported badly (warned once)
 
     # -- requests --------------------------------------------------------------------------------
@@ -120,7 +150,7 @@ class ChatWire:
             if self.reasoning_effort is not None:
                 params["reasoning_effort"] = self.reasoning_effort
         else:
-            params["max_tokens"] = cfg.max_new_tokens
+            params["max_tokens"] = cfg.max_new_tokens + self.thinking_budget
             params["temperature"] = cfg.temperature
             if cfg.top_p != 1.0:
                 params["top_p"] = cfg.top_p
