@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openai_fake_server import FakeOpenAIServer, running_server
 
 from capjudge import Judge, Sample
 from capjudge.backends.base import Backend, Completion, GenerationConfig, Message, Request
@@ -21,6 +20,7 @@ from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
 from capjudge.errors import UsageError
 from capjudge.images import load_image
+from openai_fake_server import FakeOpenAIServer, running_server
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 RULES = EXAMPLES / "scripted_detailed.json"

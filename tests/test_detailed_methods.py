@@ -14,6 +14,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from capjudge import Judge, Sample
+from capjudge.prompts.registry import get_method
+from capjudge.summary import RunTally
 from official_detailed import (
     CAPMAS_MAX_TOKENS,
     CAPMAS_TEMPERATURE,
@@ -25,10 +29,6 @@ from official_detailed import (
     factuality_verify_messages,
 )
 from openai_fake_server import FakeOpenAIServer, Received, Reply, chat_body, running_server
-
-from capjudge import Judge, Sample
-from capjudge.prompts.registry import get_method
-from capjudge.summary import RunTally
 
 KEY = "sk-test-detailed"
 FAST = {"retry_base_delay": 0.01, "retry_max_delay": 0.05, "timeout": 10.0, "concurrency": 1}
@@ -272,9 +272,8 @@ def test_clair_request_tries_and_score(srv: FakeOpenAIServer, png: Path) -> None
 
 
 def test_official_texts_are_the_templates_bytes() -> None:
-    from official_detailed import CAPARENA_SYSTEM_WITH_REF, CAPARENA_SYSTEM_WITHOUT_REF
-
     from capjudge.prompts.registry import get_template
+    from official_detailed import CAPARENA_SYSTEM_WITH_REF, CAPARENA_SYSTEM_WITHOUT_REF
 
     assert get_template("caparena_system").render(references=["r"]) == CAPARENA_SYSTEM_WITH_REF
     assert get_template("caparena_system").render(references=[]) == CAPARENA_SYSTEM_WITHOUT_REF

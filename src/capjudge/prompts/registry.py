@@ -27,6 +27,7 @@ import jinja2.meta
 import jinja2.sandbox
 
 from capjudge.errors import UsageError
+from capjudge.prompts.detailed import SOURCES as DETAILED_SOURCES
 from capjudge.prompts.sandbox import (
     BoundedSandbox,
     RenderLimitError,
@@ -112,7 +113,11 @@ class PromptTemplate:
             raise TemplateError(f"template {self.name!r} failed: {type(exc).__name__}: {exc}") from None
 
 
-_TEMPLATES: dict[str, PromptTemplate] = {}
+_TEMPLATES: dict[str, PromptTemplate] = {
+    # Packaged templates held as Python sources (the detailed-caption methods' official texts).
+    name: PromptTemplate(name=name, source=source, origin="capjudge/prompts/detailed.py")
+    for name, source in DETAILED_SOURCES.items()
+}
 
 
 def _package_template(name: str) -> PromptTemplate:
