@@ -284,3 +284,41 @@ def test_official_texts_are_the_templates_bytes() -> None:
     assert (m.temperature, m.max_new_tokens, m.format_tries) == (0.0, 4096, 3)
     m = get_method("caparena")
     assert (m.temperature, m.top_p, m.max_new_tokens, m.format_tries, m.image_detail) == (0.1, 0.9, 1500, 5, "high")
+
+
+def test_readers_where_the_code_crashes() -> None:
+    from capjudge.parsing.detailed import (
+        caparena_answer,
+        capmas_answers,
+        capmas_propositions,
+        clair_answer,
+    )
+
+    # A blank line: the code's `o[0]` raises; passed over here. A proposition three times in a row: skipped.
+    assert capmas_propositions("1. a\n\n\n2. b\nnote\n3. c") == ["1. a", "2. b", "3. c"]
+    assert capmas_propositions("1. x\n2. x\n3. x") is None and capmas_propositions("1. " + "w " * 250) is None
+    # a2l as the code reads it; a line with no word (the code's IndexError) is no list: asked again.
+    assert capmas_answers("1. True\n2. False") == a2l("1. True\n2. False") == ["True", "False"]
+    assert capmas_answers("0. A) x\n\n1. B") == a2l("0. A) x\n\n1. B")
+    assert capmas_answers("") is None and capmas_answers("1. True\n \n2. False") is None
+    # CLAIR: a JSON score that is not a number stops the code's run: a fatal problem here, not a retry.
+    assert clair_answer('{"score": "high"}').fatal and clair_answer("{}").score is None
+    assert clair_answer('{"score": 0.5}').score == 0.5  # JSON: not rescaled (the code rescales the fallback only)
+    assert clair_answer("about .42").score == pytest.approx(42.0)
+    # CapArena: both groups needed; the judgment's exact strings only.
+    assert caparena_answer("Reason: r\nJudgment: Caption 2 is better.").verdict == "B"
+    assert not caparena_answer("Reason:\nJudgment: Tie").formatted
+    assert caparena_answer("Reason: r\nJudgment: tie").verdict is None
+
+
+def test_several_references_and_the_image_type(png: Path, tmp_path: Path) -> None:
+    from PIL import Image
+
+    from capjudge.images import load_image
+    from capjudge.prompts.registry import get_template
+
+    text = get_template("caparena").render(caption_a="a", caption_b="b", references=["r1", "r2"])
+    assert "Caption Reference:\nr1\nr2\nDetermine" in text
+    jpg = tmp_path / "x.png"  # a JPEG named .png: labelled by its content
+    Image.new("RGB", (4, 4)).save(jpg, format="JPEG")
+    assert load_image(str(jpg)).data_url().startswith("data:image/jpeg;base64,")
