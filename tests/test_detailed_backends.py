@@ -167,3 +167,15 @@ def test_fake_server_runs_unchanged_methods_without_system_on_api() -> None:
         j.score(str(EXAMPLES / "images" / "cats.jpg"), "two cats")
         j.backend.close()
         assert all(m["role"] != "system" for m in srv_.received[0].body["messages"])
+
+
+def test_steps_go_out_in_batches_with_the_other_samples() -> None:
+    """A batching backend gets every sample's decomposition in one batch, then every verification."""
+    from capjudge.backends.scripted import read_rules, rule_responder
+
+    be = ScriptedBackend(rule_responder(read_rules(RULES), "x"))
+    samples = [Sample(str(EXAMPLES / "images" / img), f"caption {k}", ("ref",), id=str(k)) for k, img in enumerate(["cats.jpg", "dog.jpg", "cats.jpg"])]
+    results = list(Judge("capmas-factuality", be, batch_size=8).score_many(samples))
+    assert [r.score for r in results] == [pytest.approx(2 / 3)] * 3
+    assert be.batches == [3, 3]
+    assert [len(r.images) for r in be.calls] == [0, 0, 0, 1, 1, 1]

@@ -295,8 +295,8 @@ class Judge:
             name = self.method.explain_template
         if result is None:
             result = self.score(sample)
-        if not result.ok:
-            return result
+        if not result.ok or self.method.pipeline:
+            return result  # a method of steps explains its score by them: details.steps
         prep = self.prepare_sample(0, sample)
         if prep.error:
             return self.error_record(prep, prep.error)
