@@ -66,9 +66,8 @@ def replies(*texts: str) -> list[Reply]:
 
 
 def sent(got: Received) -> dict[str, Any]:
-    """The fields of a body the official code sets."""
-    body = got.body
-    return {k: body[k] for k in ("model", "messages", "max_tokens", "temperature", "top_p") if k in body}
+    """The whole body as the server received it (no field beyond those the official code sets)."""
+    return dict(got.body)
 
 
 def b64(path: Path) -> str:
