@@ -35,6 +35,8 @@ class RunTally:
     resumable: int = 0
     causes: Counter[str] = field(default_factory=Counter)
     two_order: list[tuple[str | None, list[Any]]] = field(default_factory=list)
+    # measure -> [hits, total] over ok records with details.counts (CapMAS: micro precision / recall)
+    micro: dict[str, list[int]] = field(default_factory=dict)
 
     def add(self, result: Any) -> None:
         """Count one :class:`~capjudge.types.ScoreResult` or :class:`~capjudge.types.PairResult`."""
@@ -55,12 +57,28 @@ class RunTally:
                 self.two_order.append((verdict, list(result.votes or [])))
             return
         self.score_sum += result.score or 0.0
+        self.add_counts(details.get("counts"))
         if self.smoothing:
             if result.smoothed:
                 self.smoothed += 1
             else:
                 self.raw += 1
                 self.raw_no_logprobs += NO_LOGPROBS in str(details.get("smoothing", ""))
+
+    def add_counts(self, counts: Any) -> None:
+        """Add a record's ``details.counts`` (``measure``, ``hits``, ``total``) to the run's
+        micro aggregate, the official one of CapMAS's factuality (precision) and coverage (recall)."""
+        if not isinstance(counts, dict):
+            return
+        hits, total, measure = counts.get("hits"), counts.get("total"), counts.get("measure")
+        if isinstance(hits, int) and isinstance(total, int) and isinstance(measure, str) and total > 0:
+            acc = self.micro.setdefault(measure, [0, 0])
+            acc[0] += hits
+            acc[1] += total
+
+    def micro_rows(self) -> list[tuple[str, str]]:
+        """The official aggregate beside the per-caption mean: hits / total over the whole run."""
+        return [(f"{measure} (micro, official)", f"{hits / total:.4g} ({hits}/{total})") for measure, (hits, total) in sorted(self.micro.items()) if total]
 
     @property
     def main_cause(self) -> str | None:
@@ -74,7 +92,7 @@ class RunTally:
             rows += [("  smoothed", str(self.smoothed)), ("  raw (not smoothed)", str(self.raw))]
         rows += self.failure_rows()
         rows += [("cache hits", str(self.cached)), ("mean score", f"{self.score_sum / self.ok:.4g}" if self.ok else "-")]
-        return rows
+        return rows + self.micro_rows()
 
     def position_rows(self) -> list[tuple[str, str]]:
         """Position bias of a dual-sided comparison run: how often the caption shown first won a

@@ -62,11 +62,33 @@ class ContextLengthError(BackendError):
 
 @dataclass(frozen=True)
 class Message:
-    """One chat turn. ``images`` are shown before the text (the LLaVA convention)."""
+    """One chat turn. ``images`` are shown before the text (the LLaVA convention).
+
+    How an OpenAI-protocol body lays the turn out, where a method's official code fixed it
+    (local backends show images first whatever these say): ``text_first`` puts the text part
+    before the image parts, ``detail`` is the images' ``detail`` (``None``: the backend's option),
+    ``parts`` sends a text-only turn as a list of one text part rather than a string.
+    A turn with neither images nor these set is sent as before (a text-only request is a
+    request whose turns hold no image)."""
 
     role: Role
     content: str
     images: tuple[LoadedImage, ...] = ()
+    text_first: bool = False
+    detail: str | None = None
+    parts: bool = False
+
+    def layout(self) -> dict[str, Any]:
+        """The layout fields that differ from the defaults (in a request's fingerprint only then,
+        so that existing requests keep their cache keys)."""
+        out: dict[str, Any] = {}
+        if self.text_first:
+            out["text_first"] = True
+        if self.detail is not None:
+            out["detail"] = self.detail
+        if self.parts:
+            out["parts"] = True
+        return out
 
 
 @dataclass(frozen=True)
@@ -105,7 +127,7 @@ class Request:
         """Everything about the request that changes the answer (image by content hash, not path)."""
         return {
             "messages": [
-                {"role": m.role, "content": m.content, "images": [i.sha256 for i in m.images]}
+                {"role": m.role, "content": m.content, "images": [i.sha256 for i in m.images], **m.layout()}
                 for m in self.messages
             ],
             "config": asdict(self.config),

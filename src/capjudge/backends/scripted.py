@@ -1,18 +1,27 @@
 """A backend that answers from a script: for tests, dry runs of a pipeline, and replaying answers.
 
-``scripted:<text>`` answers every request with ``<text>``; in Python, pass a function of the
-:class:`Request` that returns the answer text, a :class:`Completion`, or an exception to raise for
-that request only.
+``scripted:<text>`` answers every request with ``<text>``; ``scripted:<text>?rules=FILE`` first
+tries the rules of a JSON file, a list of ``[pattern, answer]``: the answer of the first pattern
+(a Python regular expression) found in the request's text (every turn's text, joined by newlines)
+is given, ``<text>`` when none matches; so a dry run of a method of several steps (decompose, then
+verify) gets an answer of the right form at each step (examples/scripted_detailed.json). In Python,
+pass a function of the :class:`Request` that returns the answer text, a :class:`Completion`, or an
+exception to raise for that request only.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import re
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 from capjudge.backends.base import Backend, Capabilities, Completion, Request
 from capjudge.backends.registry import BackendSpec
+from capjudge.errors import UsageError
 
 Responder = Callable[[Request], "str | Completion | BaseException"]
 
@@ -26,10 +35,10 @@ class ScriptedBackend(Backend):
         if isinstance(responder, str):
             text = responder
             self._responder: Responder = lambda _req: text
-            self._script_id = f"text:{text}"
+            self.script_id = f"text:{text}"
         else:
             self._responder = responder
-            self._script_id = f"function:{uuid.uuid4().hex}"  # never shared with another script
+            self.script_id = f"function:{uuid.uuid4().hex}"  # never shared with another script
         self.model = model
         self.spec = f"scripted:{model}"
         self.capabilities = capabilities or Capabilities(batching=True)
@@ -39,7 +48,7 @@ class ScriptedBackend(Backend):
     def identity(self) -> dict[str, Any]:
         """The script is part of the identity: a fixed answer by its text, a function by its object
         (so two scripts never share cache entries; a function's entries last one process)."""
-        return {"kind": self.kind, "model": self.model, "script": self._script_id}
+        return {"kind": self.kind, "model": self.model, "script": self.script_id}
 
     def generate(self, requests: Sequence[Request]) -> list[Completion | BaseException]:
         """Answer every request from the script."""
@@ -58,8 +67,47 @@ class ScriptedBackend(Backend):
         return out
 
 
+def read_rules(path: str | Path) -> list[tuple[re.Pattern[str], str]]:
+    """The ``[pattern, answer]`` rules of a JSON file (a usage error naming the file when it is
+    not such a list or a pattern does not compile)."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        if not isinstance(data, list) or not all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in data):
+            raise ValueError("not a JSON list of [pattern, answer] string pairs")
+        return [(re.compile(p), a) for p, a in data]
+    except (OSError, UnicodeDecodeError, ValueError, re.error) as exc:
+        raise UsageError(f"scripted backend rules file {str(path)!r}: {type(exc).__name__}: {exc}") from None
+
+
+def rule_responder(rules: list[tuple[re.Pattern[str], str]], default: str) -> Responder:
+    """Answer with the first rule whose pattern is found in the request's text, else ``default``."""
+
+    def respond(request: Request) -> str:
+        text = "\n".join(m.content for m in request.messages)
+        return next((answer for pattern, answer in rules if pattern.search(text)), default)
+
+    return respond
+
+
+def check_options(spec: BackendSpec, **options: Any) -> None:
+    """``rules=FILE`` is the only option (read and checked here)."""
+    unknown = set(options) - {"rules", "text"}
+    if unknown:
+        raise UsageError(f"the scripted backend takes no option {', '.join(sorted(unknown))} (only rules=FILE)")
+    if options.get("rules"):
+        read_rules(options["rules"])
+
+
 def from_spec(spec: BackendSpec, **options: Any) -> ScriptedBackend:
-    """``scripted:<answer text>``: every request is answered with that text."""
-    backend = ScriptedBackend(options.pop("text", spec.target), **options)
+    """``scripted:<answer text>``: every request is answered with that text; with
+    ``?rules=FILE``, by the first matching rule of the file (see the module's docstring)."""
+    text = options.pop("text", spec.target)
+    rules_path = options.pop("rules", None)
+    if rules_path:
+        source = Path(rules_path).read_bytes() if Path(rules_path).is_file() else b""
+        backend = ScriptedBackend(rule_responder(read_rules(rules_path), text), **options)
+        backend.script_id = f"rules:{hashlib.sha256(source).hexdigest()[:16]}:{text}"
+    else:
+        backend = ScriptedBackend(text, **options)
     backend.spec = spec.raw
     return backend

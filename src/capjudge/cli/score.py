@@ -37,6 +37,7 @@ def register(sub: Any) -> None:
     add_resume(p)
     batch.add_batch_options(p)
     add_html_option(p)
+    p.add_argument("--vqa-dir", default=None, metavar="DIR", help="capmas-coverage: the folder of CapMAS's question files, one <image file stem>.json per image ({\"questions\": [...], \"answers\": [...]})")
     scale = p.add_argument_group("many judges at once through Ray (pip install 'capjudge[ray]'; docs/ray.md)")
     scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS", help="judge on Ray actors, one judge (one model) each: a running cluster's ADDRESS (auto, HOST:6379, ray://HOST:10001), or none for $RAY_ADDRESS or a local instance")
     scale.add_argument("--ray-actors", type=int, default=None, metavar="N", help="judges running at once (default: the cluster's GPUs / --ray-gpus-per-actor, else 1); an API backend's --concurrency applies to each")
@@ -55,6 +56,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     method = method_with_template(args.method, args.template, args.template_file)
     if method.pairwise:
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
+    _vqa_dir_option(args, method)
     preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)], out_kind="score")
     batch.check_batch_args(args)
     rows = load_items(args.input)  # no rows, or an id twice: exit 2
@@ -99,6 +101,25 @@ def cmd_score(args: argparse.Namespace) -> int:
             print_panel(con, judge, args.out)
     html_report(args)
     return finish(tally)
+
+
+def _vqa_dir_option(args: argparse.Namespace, method: Any) -> None:
+    """``--vqa-dir DIR``: capmas-coverage's question folder, passed as its method option
+    ``vqa_dir`` (usage errors: another method, a folder that is not there, coverage without one)."""
+    from pathlib import Path
+
+    given = getattr(args, "vqa_dir", None)
+    takes = "vqa_dir" in method.options
+    options = [str(o) for o in (getattr(args, "method_option", None) or [])]
+    if given is None:
+        if takes and not any(o.strip().replace("-", "_").startswith("vqa_dir=") for o in options):
+            raise UsageError(f"method {method.name!r} needs --vqa-dir DIR (CapMAS's per-image question files)")
+        return
+    if not takes:
+        raise UsageError(f"--vqa-dir is for capmas-coverage, not method {method.name!r}")
+    if not Path(given).is_dir():
+        raise UsageError(f"--vqa-dir {given!r} is not a folder")
+    args.method_option = [*options, f"vqa_dir={given}"]
 
 
 def _check_ray_args(args: argparse.Namespace) -> None:

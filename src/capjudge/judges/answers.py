@@ -185,10 +185,21 @@ def read_fleur_code(method: Method, prep: Prepared, out: Completion, details: di
     return record(prep, score=sm.score, raw_score=sm.raw_score, smoothed=True, raw=out.text, details=details)
 
 
+def read_elsewhere(method: Method, prep: Prepared, out: Completion, details: dict[str, Any], record: Record) -> ScoreResult:
+    """Readers of the detailed-caption methods, which read their answers in their own flow
+    (pairwise verdicts: ``judges.pairwise.read_verdict``; steps: ``judges.detailed``): a single
+    scoring answer is not theirs to read."""
+    where = sample_id(prep.sample, prep.index)
+    return record(prep, score=None, raw=out.text, status="error", error=f"sample {where}: method {method.name!r} reads its answers in its own steps, not as one score", details=details)
+
+
 PARSERS: dict[str, ParserKind] = {
     "rules": ParserKind("capjudge rules", read_rules),
     "first-integer": ParserKind("first integer", read_first_integer),
     "fleur-code": ParserKind("FLEUR code digits", read_fleur_code),
+    "caparena": ParserKind("CapArena code Reason/Judgment (strict, asked again)", read_elsewhere),
+    "capmas": ParserKind("CapMAS code a2l lists", read_elsewhere),
+    "clair": ParserKind("CLAIR code JSON or first number", read_elsewhere),
 }
 """Parser kinds (``Method.parser``): label and reader."""
 
@@ -240,4 +251,4 @@ def read_safely(method: Method, prep: Prepared, out: Completion, record: Record)
         return record(prep, score=None, raw=out.text, status="error", error=message, details={})
 
 
-__all__ = ["PARSERS", "ParserKind", "Reader", "Record", "answer_details", "is_bare", "occurrence", "read_answer", "read_expected", "read_first_integer", "read_fleur_code", "read_rules", "read_safely"]
+__all__ = ["PARSERS", "ParserKind", "Reader", "Record", "answer_details", "is_bare", "occurrence", "read_answer", "read_elsewhere", "read_expected", "read_first_integer", "read_fleur_code", "read_rules", "read_safely"]

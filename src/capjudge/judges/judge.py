@@ -140,6 +140,9 @@ class Judge:
         self.max_new_tokens = max_new_tokens
         chosen = preset_of(self.backend.identity(), preset if kinds.get(self.backend.kind).preset_option == "prompt_format" else None)
         self.judge_preset: str | None = chosen.name if chosen is not None else None
+        # Methods whose official code sends system turns (CapArena, CapMAS, CLAIR) send them on
+        # every backend when the judge's system is "auto"; another --system replaces them.
+        self.official_system = system == "auto" and self.method.official_system
         if system == "auto":
             if kinds.is_api(self.backend.kind):
                 system = None
@@ -162,7 +165,7 @@ class Judge:
     @property
     def requests(self) -> RequestBuilder:
         """How this judge builds its requests (method, system turn, answer length, alternatives)."""
-        return RequestBuilder(self.method, self.system, self.max_new_tokens, self.top_logprobs)
+        return RequestBuilder(self.method, self.system, self.max_new_tokens, self.top_logprobs, official=self.official_system)
 
     def load_image(self, image: Any) -> LoadedImage | str:
         """The image loaded (read, hashed, decoded) under the judge's image settings, or the
@@ -188,16 +191,17 @@ class Judge:
         kind (:data:`capjudge.judges.answers.PARSERS`); a parser failure is an error record."""
         return read_safely(self.method, prep, out, self.record)
 
-    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int) -> Request:
+    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int, references: Sequence[str] = ()) -> Request:
         """A request at the method's temperature (greedy unless ``--method-option temperature=``
-        says otherwise): the judge's system turn, then ``prompt`` with ``image``."""
-        return self.requests.request(prompt, image, max_new_tokens)
+        says otherwise): the judge's system turn (a method's official one rendered with
+        ``references``), then ``prompt`` with ``image``."""
+        return self.requests.request(prompt, image, max_new_tokens, references)
 
     def score_request(self, sample: Sample | dict[str, Any], index: int = 0) -> Request:
         """The request a one-step scoring method sends for ``sample`` (what backend parity checks
         tokenize); raises :class:`SampleError` for a sample that cannot be judged and
         ``ValueError`` for two-step methods, whose request depends on the first step's answer."""
-        if self.method.context_template or self.method.kind != "score":
+        if self.method.context_template or self.method.pipeline or self.method.kind != "score":
             raise ValueError(f"method {self.method.name!r} is not a one-step scoring method: its request depends on more than one sample or answer")
         prep = self.prepare_sample(index, sample)
         if prep.error:
@@ -291,8 +295,8 @@ class Judge:
             name = self.method.explain_template
         if result is None:
             result = self.score(sample)
-        if not result.ok:
-            return result
+        if not result.ok or self.method.pipeline:
+            return result  # a method of steps explains its score by them: details.steps
         prep = self.prepare_sample(0, sample)
         if prep.error:
             return self.error_record(prep, prep.error)

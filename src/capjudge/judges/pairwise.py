@@ -37,13 +37,10 @@ from capjudge.judges.invariants import pair_problem
 from capjudge.judges.reasoning import cut_off_message, final_answer, reasoning_details
 from capjudge.judges.records import cached_note, caption_words
 from capjudge.judges.scoring import ImageMemo, read_windows
-from capjudge.judges.voting import (
-    dual_sided_vote,
-    flip,
-    seeded_first,
-    verdict_from_scores,
-)
+from capjudge.judges.steps import FORMAT_RETRIES, format_retrying
+from capjudge.judges.voting import dual_sided_vote, flip, seeded_first, verdict_from_scores
 from capjudge.parsing import parse_verdict
+from capjudge.parsing.detailed import caparena_answer
 from capjudge.prompts.registry import Method, TemplateError, get_template
 from capjudge.types import (
     ImageInput,
@@ -82,8 +79,9 @@ class PairJudge(Protocol):
         """Check a caption and load its image (``images`` memoises loads)."""
         ...
 
-    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int) -> Request:
-        """A greedy request with the judge's system turn, the image and ``prompt``."""
+    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int, references: Sequence[str] = ()) -> Request:
+        """A request with the judge's system turn (a method's official one rendered with
+        ``references``), the image and ``prompt``."""
         ...
 
     def score_stream(self, samples: Iterable[Sample]) -> Iterator[tuple[int, ScoreResult]]:
@@ -320,7 +318,9 @@ class _DualRun:
                 self._error(i, p, item, bad.replace("empty caption", "empty caption in the pair"))
                 continue
             assert prep_a.image is not None
-            norm_a, norm_b = normalize_caption(p.caption_a), normalize_caption(p.caption_b)
+            # Captions go in as the method's code passes them (CapArena's: raw).
+            norm = normalize_caption if judge.method.normalize_caption else str
+            norm_a, norm_b = norm(p.caption_a), norm(p.caption_b)
             try:
                 prompts = [self.tpl.render(caption_a=first, caption_b=second, references=list(p.references)) for first, second in self.orders(p, norm_a, norm_b)]
             except TemplateError as exc:
@@ -328,8 +328,11 @@ class _DualRun:
                 continue
             got: list[Answer | None] = [None] * len(prompts)
             max_new = judge.method.max_new_tokens if judge.method.pairwise else 256
+            # A method with official system turns renders them with the pair's references.
+            refs = {"references": tuple(p.references)} if judge.method.official_system else {}
+            add = format_retrying(self.executor.add, judge.method.format_tries, functools.partial(format_ok, judge.method))
             for order, prompt in enumerate(prompts):
-                self.executor.add(judge.request(prompt, prep_a.image, max_new), functools.partial(self._answered, i, p, item, got, order, prep_a.image))
+                add(judge.request(prompt, prep_a.image, max_new, **refs), functools.partial(self._answered, i, p, item, got, order, prep_a.image))
 
     def _answered(self, i: int, p: Pair, item: Any, got: list[Answer | None], order: int, image: LoadedImage, out: Answer) -> None:
         got[order] = out
@@ -356,13 +359,19 @@ class _DualRun:
             which = "first" if f1.cut_off else "second"
             self._error(i, p, item, f"pair {p.id or i}: the {which} order's answer: {cut_off_message(cut[0])}", raw=[t1, t2], details=more)
             return
-        v1 = parse_verdict(f1.completion.text)
-        v2 = flip(parse_verdict(f2.completion.text))
+        (v1, why1), (v2, why2) = read_verdict(self.judge.method, f1.completion.text), read_verdict(self.judge.method, f2.completion.text)
+        v2 = flip(v2)
         votes = [v1, v2]
+        retried = [list((o.meta or {}).get(FORMAT_RETRIES) or []) for o in (o1, o2)]
+        if any(retried):  # answers of a bad format, asked again (CapArena: 5 tries)
+            more["format_retries"] = retried
         if v1 is None or v2 is None:
             which, bad_out = ("first", o1) if v1 is None else ("second", o2)
             bad_text = (f1 if v1 is None else f2).completion.text
-            message = f"pair {p.id or i}: no verdict in the {which} order's answer: {' '.join(bad_text.split())[:80]!r}{cached_note(bad_out)}"
+            why = why1 if v1 is None else why2
+            tries = 1 + len(retried[0 if v1 is None else 1])
+            said = f" ({why}; {tries} tries)" if why else ""
+            message = f"pair {p.id or i}: no verdict in the {which} order's answer{said}: {' '.join(bad_text.split())[:80]!r}{cached_note(bad_out)}"
             self._error(i, p, item, message, votes=votes, raw=[t1, t2], **({"details": more} if more else {}))
             return
         details: dict[str, Any] = {"cached": [o1.cached, o2.cached], **more}
@@ -373,10 +382,18 @@ class _DualRun:
         self.done.append((i, result))
 
 
+def format_ok(method: Method, text: str) -> bool:
+    """Whether an answer has the form its method's code keeps (CapArena: ``Reason:`` and
+    ``Judgment:`` both filled); any other answer is asked again, up to ``Method.format_tries``."""
+    return caparena_answer(text).formatted if method.parser == "caparena" else True
+
+
 def read_verdict(method: Method, text: str) -> tuple[Any, str | None]:
     """The verdict of an answer by the method's reader (``"A"`` / ``"B"`` / ``"tie"`` or ``None``)
-    and what is wrong when there is none (``None`` here: :func:`capjudge.parsing.parse_verdict`
-    does not say)."""
+    and, for a strict reader (CapArena's), what is wrong when there is none."""
+    if method.parser == "caparena":
+        read = caparena_answer(text)
+        return read.verdict, read.problem
     return parse_verdict(text), None
 
 

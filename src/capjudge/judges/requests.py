@@ -22,32 +22,73 @@ from capjudge.types import normalize_caption
 class RequestBuilder:
     """The requests of ``method``: ``system`` turn (or none), ``max_new_tokens`` override of the
     method's answer length (``None``: the method's), ``top_logprobs`` alternatives per token when
-    the method smooths."""
+    the method smooths. ``official``: the judge's system is ``"auto"`` and the method sends its
+    official code's system turns (``Method.official_system``), on every backend; otherwise
+    ``system`` replaces them (``None``: no system turn)."""
 
     method: Method
     system: str | None = None
     max_new_tokens: int | None = None
     top_logprobs: int = 20
+    official: bool = False
 
-    def messages(self, prompt: str, image: LoadedImage, history: Sequence[Message] = ()) -> tuple[Message, ...]:
+    def system_turn(self, official_text: str | None) -> Message | None:
+        """The system turn of a request whose official system text is ``official_text``: that
+        text, sent as the official code sends it (a list of one text part), when the judge's
+        system is ``"auto"``; else the judge's own system sentence (or none)."""
+        if self.official:
+            return Message("system", official_text, parts=True) if official_text is not None else None
+        return Message("system", self.system) if self.system else None
+
+    def method_system(self, references: Sequence[str] = ()) -> str | None:
+        """The method's own system text (``Method.system_template`` rendered with the references,
+        else ``Method.system``)."""
+        name = self.method.system_template
+        return get_template(name).render(references=list(references)) if name else self.method.system
+
+    def messages(self, prompt: str, image: LoadedImage, history: Sequence[Message] = (), references: Sequence[str] = ()) -> tuple[Message, ...]:
         """The system turn, then ``prompt`` with ``image`` (or after ``history``, which holds it)."""
         msgs: list[Message] = []
-        if self.system:
-            msgs.append(Message("system", self.system))
+        system = self.system_turn(self.method_system(references) if self.official else None)
+        if system is not None:
+            msgs.append(system)
         if history:
             msgs.extend(history)
             msgs.append(Message("user", prompt))
         else:
-            msgs.append(Message("user", prompt, images=(image,)))
+            msgs.append(Message("user", prompt, images=(image,), detail=self.method.image_detail))
         return tuple(msgs)
 
     def config(self, max_new_tokens: int, logprobs: bool, temperature: float = 0.0) -> GenerationConfig:
-        """Decoding settings: ``max_new_tokens`` unless overridden, alternatives when ``logprobs``."""
+        """Decoding settings: ``max_new_tokens`` unless overridden, alternatives when ``logprobs``,
+        the method's ``top_p``."""
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens or max_new_tokens,
             temperature=temperature,
+            top_p=self.method.top_p,
             top_logprobs=self.top_logprobs if logprobs else 0,
         )
+
+    def step_request(self, system: str | None, prompt: str, image: LoadedImage | None = None, *, temperature: float, max_new_tokens: int, text_first: bool = False) -> Request:
+        """One step of a multi-step method (``judges.steps``): its official ``system`` text (see
+        :meth:`system_turn`), then ``prompt`` as the user turn, with ``image`` (after the text when
+        ``text_first``) or as a text-only request (no image: one text part)."""
+        msgs: list[Message] = []
+        turn = self.system_turn(system)
+        if turn is not None:
+            msgs.append(turn)
+        images = (image,) if image is not None else ()
+        msgs.append(Message("user", prompt, images=images, text_first=text_first and bool(images), detail=self.method.image_detail if images else None, parts=True))
+        return Request(tuple(msgs), self.config(max_new_tokens, False, temperature))
+
+    def system_only_request(self, system: str, *, temperature: float, max_new_tokens: int) -> Request:
+        """A text-only request of one system turn (CLAIR as CapMAS sends it); with the judge's
+        own system (not ``"auto"``), the text goes as the user turn after it."""
+        if self.official:
+            msgs: tuple[Message, ...] = (Message("system", system, parts=True),)
+        else:
+            msgs = tuple(m for m in (self.system_turn(None), Message("user", system)) if m is not None)
+        return Request(msgs, self.config(max_new_tokens, False, temperature))
 
     def caption(self, text: str) -> str:
         """The caption as the method's code puts it into the prompt: FLEUR's code collapses its
@@ -62,9 +103,10 @@ class RequestBuilder:
         assert prep.image is not None
         return Request(self.messages(prompt, prep.image), self.config(method.max_new_tokens, method.reads_logprobs, method.temperature))
 
-    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int) -> Request:
-        """A request at the method's temperature: the system turn, then ``prompt`` with ``image``."""
-        return Request(self.messages(prompt, image), self.config(max_new_tokens, False, self.method.temperature))
+    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int, references: Sequence[str] = ()) -> Request:
+        """A request at the method's temperature: the system turn (an official one rendered with
+        ``references``), then ``prompt`` with ``image``."""
+        return Request(self.messages(prompt, image, references=references), self.config(max_new_tokens, False, self.method.temperature))
 
     def context_request(self, prompt: str, image: LoadedImage) -> Request:
         """A two-step method's first step (asked once per image)."""

@@ -22,12 +22,14 @@ from typing import Any, Protocol
 
 from capjudge.backends.base import Backend, Completion, Request
 from capjudge.images import LoadedImage
+from capjudge.judges.detailed import PIPELINES
 from capjudge.judges.dispatch import Answer, BatchExecutor, Executor, drive, make_executor
 from capjudge.judges.expected import estimate_parser
 from capjudge.judges.prepare import Prepared, image_key, sample_id
 from capjudge.judges.records import cached_note, short
 from capjudge.judges.requests import RequestBuilder
 from capjudge.judges.sampling import ask_estimate, wants_estimate
+from capjudge.judges.steps import Outcome, StepContext, run_steps
 from capjudge.parsing import parse_score_list
 from capjudge.prompts.registry import Method, TemplateError, get_template
 from capjudge.types import Sample, ScoreResult, normalize_caption
@@ -262,6 +264,9 @@ class ScoringRun:
         for group in valid.values():
             if judge.method.kind == "listwise":
                 self._ask_list(group)
+            elif judge.method.pipeline:
+                for prep in group:
+                    self._run_steps(prep)
             else:
                 for prep in group:
                     self._ask_context_then_score(prep)
@@ -330,6 +335,29 @@ class ScoringRun:
         if isinstance(out, BaseException):
             return self.judge.error_record(prep, f"sample {_sid(prep)}: backend error: {type(out).__name__}: {out}", cause=out)
         return self.judge.read_answer(prep, out)
+
+    # ------------------------------------------------------------------ multi-step methods
+    def _run_steps(self, prep: Prepared) -> None:
+        """A method made of steps per caption (:mod:`.steps`, :mod:`.detailed`): each step's
+        request goes through the executor with everyone else's; the record once it is done."""
+        judge = self.judge
+        name = judge.method.pipeline or ""
+        if name not in PIPELINES:
+            self._fail(prep, f"sample {_sid(prep)}: method {judge.method.name!r} names an unknown pipeline {name!r}")
+            return
+        ctx = StepContext(prep, judge.requests)
+        run_steps(self.executor.add, ctx, PIPELINES[name], lambda outcome: self.done.append((prep.index, self._stepped(ctx, outcome))))
+
+    def _stepped(self, ctx: StepContext, outcome: Outcome | BaseException) -> ScoreResult:
+        judge, prep = self.judge, ctx.prep
+        if isinstance(outcome, BaseException):
+            return judge.error_record(prep, f"sample {_sid(prep)}: backend error: {type(outcome).__name__}: {outcome}", cause=outcome)
+        details: dict[str, Any] = {"cached": bool(ctx.calls) and all(c.cached for c in ctx.calls), "calls": len(ctx.calls), **outcome.details}
+        if judge.method.options:
+            details["method_options"] = dict(judge.method.options)
+        if outcome.error is not None:
+            return judge.record(prep, score=None, raw=outcome.raw, status="error", error=outcome.error, details=details)
+        return judge.record(prep, score=outcome.score, raw_score=outcome.score, smoothed=False, raw=outcome.raw, details=details)
 
     # ------------------------------------------------------------------ listwise
     def _ask_list(self, group: list[Prepared]) -> None:

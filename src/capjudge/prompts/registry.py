@@ -27,6 +27,7 @@ import jinja2.meta
 import jinja2.sandbox
 
 from capjudge.errors import UsageError
+from capjudge.prompts.detailed import SOURCES as DETAILED_SOURCES
 from capjudge.prompts.sandbox import (
     BoundedSandbox,
     RenderLimitError,
@@ -112,7 +113,11 @@ class PromptTemplate:
             raise TemplateError(f"template {self.name!r} failed: {type(exc).__name__}: {exc}") from None
 
 
-_TEMPLATES: dict[str, PromptTemplate] = {}
+_TEMPLATES: dict[str, PromptTemplate] = {
+    # Packaged templates held as Python sources (the detailed-caption methods' official texts).
+    name: PromptTemplate(name=name, source=source, origin="capjudge/prompts/detailed.py")
+    for name, source in DETAILED_SOURCES.items()
+}
 
 
 def _package_template(name: str) -> PromptTemplate:
@@ -163,7 +168,7 @@ def register_template(name: str, source: str | None = None, *, path: str | Path 
 
 
 Kind = Literal["score", "pairwise", "listwise"]
-Parser = Literal["rules", "first-integer", "fleur-code"]
+Parser = Literal["rules", "first-integer", "fleur-code", "caparena", "capmas", "clair"]
 
 OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "second_decimal": ("official", "printed"),
@@ -177,6 +182,9 @@ SCORE_OPTION = "score"
 """``score=plain|expected`` (every scoring method with a plain numeric score; not a default of any
 method, so that records without it stay as they were): ``expected`` weights the printed number by
 its token probabilities (:mod:`capjudge.judges.expected`)."""
+
+FREE_OPTIONS: frozenset[str] = frozenset({"vqa_dir"})
+"""Method options that take any text (``vqa_dir``: the folder of CapMAS's per-image question files)."""
 
 
 class MethodOptionError(UsageError, ValueError):
@@ -199,6 +207,13 @@ class Method:
     code does not; neither touches the references). ``source`` keys :data:`capjudge.prompts.sources.SOURCES`;
     ``paper`` names the section or file. ``options`` holds the method options and their values
     (see :meth:`configure`).
+
+    Detailed-caption methods (CapArena, CapMAS, CLAIR) send the official code's requests:
+    ``system_template`` renders their system turn (with ``references``), sent on every backend,
+    API ones included (:attr:`official_system`); ``top_p`` and ``image_detail`` (OpenAI's image
+    ``detail``) are their decoding and image settings; ``format_tries`` how many times an answer
+    of the wrong format is asked again; ``pipeline`` names their steps per caption
+    (``judges.steps.PIPELINES``), whose templates ``step_templates`` lists.
     """
 
     name: str
@@ -220,6 +235,17 @@ class Method:
     paper: str = ""
     description: str = ""
     options: Mapping[str, Any] = field(default_factory=dict)
+    top_p: float = 1.0
+    system_template: str | None = None
+    image_detail: str | None = None
+    format_tries: int = 1
+    pipeline: str | None = None
+    step_templates: tuple[str, ...] = ()
+
+    @property
+    def official_system(self) -> bool:
+        """The method's system turns are its official code's (sent on API backends too)."""
+        return self.system_template is not None or self.pipeline is not None
 
     @property
     def pairwise(self) -> bool:
@@ -233,7 +259,7 @@ class Method:
 
     def templates(self) -> list[PromptTemplate]:
         """Every template the method renders, in order."""
-        names = [n for n in (self.context_template, self.template, self.explain_template) if n]
+        names = [n for n in (self.system_template, *self.step_templates, self.context_template, self.template, self.explain_template) if n]
         return [get_template(n) for n in names]
 
     @property
@@ -316,6 +342,9 @@ class Method:
                     raise MethodOptionError(f"method option temperature must be between 0 and 2, not {t}")
                 temperature = t
                 continue
+            if name in FREE_OPTIONS and name in self.options:
+                merged[name] = str(value)
+                continue
             if name == SCORE_OPTION and name not in self.options:
                 refusal = self.score_option_refusal()
                 if refusal is not None:
@@ -336,7 +365,7 @@ class Method:
         def one(temp: float, tokens: int) -> str:
             return f"greedy, <= {tokens} tokens" if temp == 0 else f"sampled T={temp:g}, <= {tokens} tokens"
 
-        score = one(self.temperature, self.max_new_tokens)
+        score = one(self.temperature, self.max_new_tokens) + (f", top_p {self.top_p:g}" if self.top_p != 1.0 else "")
         if self.two_step:
             return f"step 1: {one(self.context_temperature, self.context_max_new_tokens)}; step 2: {score}"
         return score
@@ -349,10 +378,10 @@ def register_method(method: Method, *, overwrite: bool = False) -> Method:
     """Register a method (its templates must exist)."""
     if method.name in _METHODS and not overwrite:
         raise ValueError(f"a method named {method.name!r} already exists (pass overwrite=True to replace it)")
-    for name in (method.template, method.context_template, method.explain_template):
+    for name in (method.template, method.context_template, method.explain_template, method.system_template, *method.step_templates):
         if name:
             get_template(name)
-    unknown = set(method.options) - set(OPTION_CHOICES)
+    unknown = set(method.options) - set(OPTION_CHOICES) - FREE_OPTIONS
     if unknown:
         raise ValueError(f"method {method.name!r} declares unknown options {sorted(unknown)}")
     _METHODS[method.name] = method
@@ -419,5 +448,21 @@ for _m in (
     Method("llava-critic-pointwise", "llava_critic_pointwise", max_new_tokens=LLAVA_CRITIC_MAX_NEW_TOKENS, source="llava-critic", paper="model card Quick Start, pointwise scoring (https://huggingface.co/lmms-lab/llava-critic-7b)", description="LLaVA-Critic's published pointwise prompt: score the caption out of 100 with reasons; read by capjudge's rules."),
     Method("llava-critic-pairwise", "llava_critic_pairwise", kind="pairwise", max_new_tokens=LLAVA_CRITIC_MAX_NEW_TOKENS, source="llava-critic", paper="model card Quick Start, pairwise ranking (https://huggingface.co/lmms-lab/llava-critic-7b)", description="LLaVA-Critic's published pairwise prompt (first / second response), asked in both orders; 'The better response: [1]' or 'Two responses are equally good'."),
     Method("listwise", "listwise", kind="listwise", scale=(0.0, 1.0), max_new_tokens=128, source="cobra", paper="Fig. 4, GPT-4V listwise grading", description="All candidate captions of an image in one prompt, each scored 0-1."),
+):
+    register_method(_m)
+
+# The detailed-caption methods (docs/methods.md "Detailed captions"): their official code's
+# requests. CapArena's judge (vlm_as_a_judge.py): gpt-4o-2024-08-06, temperature 0.1 (call_llm
+# overrides the payload's 0.5), top_p 0.9, max_tokens 1500, image detail high, 5 tries on a bad
+# format. CapMAS (eval_*.py through util/azureopenai_api_call_vision.py): gpt-4o-2024-05-13,
+# temperature 1e-7 (CLAIR: 0.0), max_tokens 4096 (make_call's default: eval_clair.py's 128 never
+# reaches it).
+CAPMAS_TEMPERATURE = 0.0000001
+CAPMAS_MAX_TOKENS = 4096
+for _m in (
+    Method("caparena", "caparena", kind="pairwise", system_template="caparena_system", temperature=0.1, top_p=0.9, max_new_tokens=1500, image_detail="high", format_tries=5, parser="caparena", normalize_caption=False, source="caparena-code", paper="vlm_as_a_judge.py (mllm_judge_pairs, call_llm)", description="CapArena's pairwise VLM-as-a-judge: its system prompt with the human reference when the pair has one (else the one without), 'Reason: ... Judgment: ...', asked again up to 5 times on a bad format."),
+    Method("capmas-factuality", "capmas_verify", scale=(0.0, 1.0), needs_references=True, pipeline="capmas-factuality", parser="capmas", step_templates=("capmas_decompose_system", "capmas_verify_system"), temperature=CAPMAS_TEMPERATURE, context_temperature=CAPMAS_TEMPERATURE, max_new_tokens=CAPMAS_MAX_TOKENS, context_max_new_tokens=CAPMAS_MAX_TOKENS, normalize_caption=False, source="capmas-code", paper="eval_factuality.py", description="CapMAS factuality: the caption decomposed into atomic propositions (text only), each verified True/False against the image and the reference description; score = share of true propositions; the run's precision over all propositions."),
+    Method("capmas-coverage", "capmas_coverage", scale=(0.0, 1.0), pipeline="capmas-coverage", parser="capmas", step_templates=("capmas_coverage_system",), temperature=CAPMAS_TEMPERATURE, max_new_tokens=CAPMAS_MAX_TOKENS, normalize_caption=False, source="capmas-code", paper="eval_coverage.py", options={"vqa_dir": ""}, description="CapMAS coverage: a text-only judge answers the image's multiple-choice questions (--vqa-dir, CapMAS's per-image JSON) from the caption alone; score = share of correct answers; the run's recall over all questions."),
+    Method("clair", "clair", scale=(0.0, 1.0), needs_references=True, pipeline="clair", parser="clair", temperature=0.0, max_new_tokens=CAPMAS_MAX_TOKENS, format_tries=3, normalize_caption=False, source="clair", paper="eval_clair.py (CapMAS), CLAIR Sec. 3", description="CLAIR: a text-only LLM rates 0-100 how likely the caption and the references describe the same image (JSON score and reason, else the first number); score / 100; 3 tries."),
 ):
     register_method(_m)

@@ -68,6 +68,24 @@ SOURCES: dict[str, Source] = {
             "https://arxiv.org/abs/2410.02712",
             "LLaVA-Critic paper and model card",
         ),
+        Source(
+            "caparena-code",
+            "CapArena: Benchmarking and Analyzing Detailed Image Captioning in the LLM Era (official code njucckevin/CapArena, commit c251cdd)",
+            "https://github.com/njucckevin/CapArena/tree/c251cdd14a3a4a33c6934e53feebb8d4862d655d",
+            "CapArena code",
+        ),
+        Source(
+            "capmas-code",
+            "Toward Robust Hyper-Detailed Image Captioning: A Multiagent Approach and Dual Evaluation Metrics for Factuality and Coverage (official code adobe-research/CapMAS, commit ca2aa00)",
+            "https://github.com/adobe-research/CapMAS/tree/ca2aa00c7135a726aa96197f3e189bcc54f587ca",
+            "CapMAS code",
+        ),
+        Source(
+            "clair",
+            "CLAIR: Evaluating Image Captions with Large Language Models (as run by CapMAS's eval_clair.py, commit ca2aa00)",
+            "https://arxiv.org/abs/2310.12971",
+            "CLAIR paper, CapMAS code",
+        ),
         Source("capjudge", "capjudge's own variant", "", "capjudge"),
     )
 }

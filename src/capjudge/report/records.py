@@ -196,6 +196,9 @@ def score_row(line: int, rec: dict[str, Any], thumbs: ThumbCache) -> dict[str, A
         "method": f"{rec.get('method') or '?'} @ {rec.get('backend') or '?'}",
         **reasoning_cells(details),
     }
+    steps = step_lines(details.get("steps") if isinstance(details, dict) else None)
+    if steps:
+        row["steps"] = steps
     if isinstance(probe, dict):
         row["probe"] = str(probe.get("kind") or "")
         row["probe_of"] = str(probe.get("of") or "")
@@ -208,6 +211,8 @@ def score_columns(rows: Sequence[dict[str, Any]]) -> list[Column]:
     at = cols.index(next(c for c in cols if c.key == "caption")) + 1
     if any(r.get("references") for r in rows):
         cols.insert(at, Column("references", "references", "list"))
+    if any(r.get("steps") for r in rows):
+        cols.insert(cols.index(next(c for c in cols if c.key == "raw")), Column("steps", "steps", "list", "the method's intermediate steps: propositions and verdicts; questions, answers and key; retries"))
     if any("probe" in r for r in rows):
         cols[2:2] = [Column("probe_of", "probe of", title="the id of the original caption"), Column("probe", "perturbation")]
     if len({r["method"] for r in rows}) > 1:
@@ -241,7 +246,41 @@ def score_facts(recs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
         facts.append(("smoothed / raw scores", f"{smoothed} / {len(ok) - smoothed}"))
     cached = sum(bool((r.get("details") or {}).get("cached")) for r in recs if isinstance(r.get("details"), dict))
     facts.append(("cache hits", str(cached)))
-    return facts
+    return facts + micro_facts(ok)
+
+
+def micro_facts(ok: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
+    """The official aggregate of methods whose records carry ``details.counts`` (CapMAS: micro
+    precision / recall, hits over totals of the whole set)."""
+    sums: dict[str, list[int]] = {}
+    for r in ok:
+        counts = (r.get("details") or {}).get("counts") if isinstance(r.get("details"), dict) else None
+        if isinstance(counts, dict) and isinstance(counts.get("hits"), int) and isinstance(counts.get("total"), int) and counts["total"] > 0:
+            acc = sums.setdefault(str(counts.get("measure") or "micro"), [0, 0])
+            acc[0] += counts["hits"]
+            acc[1] += counts["total"]
+    return [(f"{m} (micro, official)", f"{h / t:.4g}  ({h}/{t})") for m, (h, t) in sorted(sums.items())]
+
+
+def step_lines(steps: Any) -> list[str]:
+    """A record's ``details.steps`` as lines: each proposition with its verdict, each question
+    with the judge's answer and the key, CLAIR's score and reason, the answers asked again."""
+    if not isinstance(steps, dict):
+        return []
+    lines: list[str] = []
+    for p in steps.get("propositions") or []:
+        if isinstance(p, dict):
+            lines.append(f"{'+' if p.get('true') else '-'} {_text(p.get('proposition'))} -> {_text(p.get('verdict'))}")
+    for q in steps.get("questions") or []:
+        if isinstance(q, dict):
+            first = _text(q.get("question")).split("\n", 1)[0]
+            lines.append(f"{'+' if q.get('correct') else '-'} {first} -> answered {_text(q.get('answer'))}, key {_text(q.get('key'))}")
+    if "clair_score" in steps:
+        lines.append(f"CLAIR {_text(steps.get('clair_score'))} ({_text(steps.get('rule'))}): {_text(steps.get('reason'))}")
+    for key in ("refused_verifications", "refused_answers"):
+        for raw in steps.get(key) or []:
+            lines.append(f"asked again after: {_text(raw)[:200]}")
+    return lines
 
 
 # -------------------------------------------------------------------------------------- pairs

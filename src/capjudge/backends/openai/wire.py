@@ -124,18 +124,24 @@ class ChatWire:
         out: list[dict[str, Any]] = []
         for m in request.messages:
             if not m.images:
-                out.append({"role": m.role, "content": m.content})
+                # A text-only turn: a string, or one text part where the method's code sent that.
+                out.append({"role": m.role, "content": [{"type": "text", "text": m.content}] if m.parts else m.content})
                 continue
             if not self.caps.images:
                 raise BackendError(f"{self.model_name or self.model} reads no images ({self.caps.note})")
             parts: list[dict[str, Any]] = []
+            detail = m.detail or self.detail
             for img in m.images:
                 image_url: dict[str, Any] = {"url": img.data_url()}
-                if self.detail:
-                    image_url["detail"] = self.detail
+                if detail:
+                    image_url["detail"] = detail
                 parts.append({"type": "image_url", "image_url": image_url})
             if m.content:
-                parts.append({"type": "text", "text": m.content})
+                text = {"type": "text", "text": m.content}
+                if m.text_first:
+                    parts.insert(0, text)
+                else:
+                    parts.append(text)
             out.append({"role": m.role, "content": parts})
         return out
 
