@@ -296,3 +296,63 @@ def test_run_caparena_in_python(arena_files: tuple[Path, dict[str, Any], dict[st
     assert entry.scores == {b: per[b] / 2 for b in BASELINES}
     assert entry.score_avg == pytest.approx(sum(per.values()) / 2 / 3, abs=1e-9)
     assert res.to_dict()["mode"] == "single" and len(judge.backend.calls) == sum(per.values())
+
+
+def test_protocol_default_method_sends_the_official_requests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--protocol caparena-auto` with its default method (`caparena`): each battle is one request
+    equal to vlm_as_a_judge.py's payload with the reference (the human caption), the shown-first
+    model's caption as Caption 1; a bad format is asked again; the battle files carry the judgment."""
+    import base64
+    import io
+
+    from PIL import Image
+
+    from official_detailed import caparena_payload
+
+    monkeypatch.setenv("OPENAI_API_KEY", KEY)
+    (tmp_path / "imgs").mkdir()
+    names = [f"test_{k:05d}.png" for k in range(4)]
+    b64 = {}
+    for k, name in enumerate(names):
+        buf = io.BytesIO()
+        Image.new("RGB", (12, 10), (40 * k, 90, 200 - 30 * k)).save(buf, format="PNG")
+        (tmp_path / "imgs" / name).write_bytes(buf.getvalue())
+        b64[name] = base64.b64encode(buf.getvalue()).decode("utf-8")
+    assign = {n: {"ref_model": BASELINES[k % 3], "captions": {"human": f"Human: a picture {k}.", BASELINES[k % 3]: f"Baseline words  {k}\n"}} for k, n in enumerate(names)}
+    (tmp_path / "caparena_auto_600.json").write_text(json.dumps(assign))
+    mine = {n: f"My  detailed caption {k}.\n" for k, n in enumerate(names)}
+    (tmp_path / "mine.json").write_text(json.dumps(mine))
+    bad_once = {"n": 0}
+
+    def respond(req: Received) -> Reply:
+        text = req.prompt_text()
+        if "My  detailed caption 2." in text and bad_once["n"] == 0:  # one answer of the wrong form
+            bad_once["n"] += 1
+            return Reply(body=chat_body("I prefer the first one."))
+        first = text.split("Caption 1:\n", 1)[1]
+        return Reply(body=chat_body("Reason: mine is richer.\nJudgment: " + ("Caption 1 is better." if first.startswith("My") else "Caption 2 is better")))
+
+    out, cdir = tmp_path / "battles.jsonl", tmp_path / "files"
+    with running_server(responder=respond) as srv:
+        argv = ["arena", "--protocol", "caparena-auto", "--assignments", str(tmp_path / "caparena_auto_600.json"), "--models", f"Mine={tmp_path / 'mine.json'}",
+                "--backend", "openai:gpt-4o-2024-08-06", "--backend-opt", f"base_url={srv.base_url}", "--images", str(tmp_path / "imgs"),
+                "--no-cache", "--quiet", "--out", str(out), "--caparena-out", str(cdir), "--format", "json", "--bootstrap", "0"]
+        assert main(argv) == 0
+        bodies = [dict(r.body) for r in srv.received]
+    assert len(bodies) == len(names) + 1  # one request per battle, one asked again for its format
+    entries = json.loads((cdir / "Mine.json").read_text())
+    assert [e["img"] for e in entries] == names
+    expected = []
+    for e in entries:
+        a = assign[e["img"]]
+        assert e["ref"] == a["captions"]["human"] and e["ref_model"] == a["ref_model"]
+        body = caparena_payload(b64[e["img"]], e["caption1"], e["caption2"], e["ref"])
+        expected += [body, body] if e["img"] == names[2] else [body]
+        assert e["judge"] == ("Caption 1 is better." if e["source1"] == "Mine" else "Caption 2 is better")
+    key = lambda b: json.dumps(b, sort_keys=True)  # noqa: E731  (the same fields and values; key order aside)
+    assert sorted(map(key, bodies)) == sorted(map(key, expected))
+    assert {e["caption1" if e["source1"] == "Mine" else "caption2"] for e in entries} == set(mine.values())  # raw, as sent
+    d = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    board = {e["model"]: e for e in d["caparena"]["leaderboard"]}
+    per = Counter(a["ref_model"] for a in assign.values())
+    assert board["Mine"]["Score_Avg"] == pytest.approx(sum(per[b] / 2 for b in BASELINES) / 3, abs=1e-9)
