@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import threading
 from pathlib import Path
 from typing import Any
@@ -371,3 +372,32 @@ def test_explain_scores_with_the_expected_value(tmp_path: Path) -> None:
     (r,) = records(out)
     assert r["status"] == "ok" and abs(r["score"] - by_hand(ALTS_85)) < 1e-9 and r["explanation"] == "Because cats"
     assert any("Why?" in p for p in asked)
+
+
+@pytest.mark.parametrize("name", ["capmas-factuality", "capmas-coverage", "clair", "caparena"])
+def test_refused_by_the_methods_of_several_answers(name: str) -> None:
+    with pytest.raises(MethodOptionError, match="no option 'score'"):
+        get_method(name).configure({"score": "expected"})
+
+
+def test_a_resumed_out_of_other_method_options_is_refused_and_the_summary_counts_smoothed(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A plain run's --out is not continued by score=expected (nor the other way round): its records
+    say their options (details.method_options), and a re-run checks them; the summary of an expected
+    run counts its smoothed scores as a FLEUR run's does."""
+    with running_server(responder=responder(lambda req: [tok("Rating"), tok(":"), tok(" 85", ALTS_85)])) as srv:
+        out = tmp_path / "vanilla.jsonl"
+        base = ["score", "--method", "vanilla", "--backend", f"openai-compatible:{srv.base_url}#judge", "--images", str(EXAMPLES / "images"), "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(out), "--no-cache"]
+        assert main(base) == 0
+        n = srv.count
+        capsys.readouterr()
+        assert main([*base, "--method-option", "score=expected"]) == 2
+        err = capsys.readouterr().err
+        assert "method options none (this run: {'score': 'expected'})" in err
+        assert srv.count == n  # nothing asked
+        assert main(base) == 0 and srv.count == n  # the same options: all kept
+        out.unlink()
+        assert main([*base, "--method-option", "score=expected"]) == 0
+        printed = capsys.readouterr().out
+        rows = len(records(out))
+        assert re.search(rf"smoothed\s*\S?\s*{rows}\b", printed), printed
+        assert main(base) == 2  # and back

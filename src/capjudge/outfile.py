@@ -23,7 +23,7 @@ comparison mode, or holding scored records for rows that are no longer in the in
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Literal
@@ -90,13 +90,16 @@ def plan_resume(
     *,
     retry_errors: bool = False,
     unmatched: Literal["refuse", "keep"] = "refuse",
+    options: Mapping[str, Any] | None = None,
 ) -> ResumePlan:
     """Match the records of ``path`` to ``rows`` (``None`` for unreadable rows, always redone).
 
     ``run`` holds the fields every record of this run carries (method, backend, template_hash,
     ...); a record that differs is a :class:`ResumeConflict`, as is a scored record that matches no
     row, unless ``unmatched="keep"`` (``capjudge arena``: battles of a smaller plan stay in the
-    file, in ``ResumePlan.unmatched``). Nothing to resume when the file does not exist or is empty.
+    file, in ``ResumePlan.unmatched``). ``options``: the method options of this run (score records
+    carry theirs in ``details.method_options``); an ok record made with others is a conflict too.
+    Nothing to resume when the file does not exist or is empty.
     """
     plan = ResumePlan()
     p = Path(path)
@@ -111,6 +114,13 @@ def plan_resume(
                 f"{p} holds results of another run: {shown}. Continue that run with its own options, "
                 "write to another --out, or pass --overwrite to start this file over"
             )
+        if options is not None and rec.get("status") == "ok":
+            made = (rec.get("details") or {}).get("method_options") or {}
+            if made != dict(options):
+                raise ResumeConflict(
+                    f"{p} holds results made with method options {made or 'none'} (this run: {dict(options) or 'none'}). "
+                    "Continue that run with its own options, write to another --out, or pass --overwrite to start this file over"
+                )
     by_key: dict[Key, list[dict[str, Any]]] = {}
     for rec in records:
         by_key.setdefault(key(rec), []).append(rec)

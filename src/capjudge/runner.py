@@ -10,7 +10,7 @@ whatever happens.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -44,12 +44,14 @@ def resume_plan(
     overwrite: bool = False,
     retry_errors: bool = False,
     unmatched: Literal["refuse", "keep"] = "refuse",
+    options: Mapping[str, Any] | None = None,
 ) -> ResumePlan:
     """What is kept from ``out`` (nothing with ``overwrite``). Raises
-    :class:`~capjudge.outfile.ResumeConflict` when ``out`` was written by another run."""
+    :class:`~capjudge.outfile.ResumeConflict` when ``out`` was written by another run (other
+    ``run`` fields, or, given ``options``, other method options)."""
     if overwrite:
         return ResumePlan()
-    return plan_resume(out, [None if isinstance(r, BadRow) else r for r in rows], key, run, retry_errors=retry_errors, unmatched=unmatched)
+    return plan_resume(out, [None if isinstance(r, BadRow) else r for r in rows], key, run, retry_errors=retry_errors, unmatched=unmatched, options=options)
 
 
 def split_rows(rows: Sequence[Any], plan: ResumePlan) -> Todo:

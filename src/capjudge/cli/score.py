@@ -66,9 +66,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     tally = RunTally(method=method.name, smoothing=bool(method.smoothing))
     t0 = time.perf_counter()
     with make_judge(args, method) as judge, _score_stream(args, judge, method) as stream:
+        tally.smoothing = bool(judge.method.reads_logprobs)  # the options applied (score=expected)
         # What every record of this run says about how it was made (as bad_row_result writes it).
         fields = {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash}
-        plan = resume_plan(args.out, rows, score_key, fields, overwrite=args.overwrite, retry_errors=args.retry_errors)
+        plan = resume_plan(args.out, rows, score_key, fields, overwrite=args.overwrite, retry_errors=args.retry_errors, options=judge.method.options)
         session = batch.session_for(args, judge, fields, backend_options(args))
         with batch.batch_run(session, args, planning_pass(judge.backend, rows, plan, judge.score_stream)) as outcome:
             if outcome != "ready":

@@ -267,6 +267,8 @@ class Panel:
         oks = [r for r in results if r is not None and r.ok and r.score is not None]
         base = next((r for r in results if r is not None), None)
         details: dict[str, Any] = {"panel": entries, "aggregate": self.aggregate, "panel_ok": len(oks), "panel_size": len(entries), "cached": [e["cached"] for e in entries]}
+        if self.method.options:  # as a single judge's records say them (a re-run checks them)
+            details["method_options"] = dict(self.method.options)
         fields: dict[str, Any] = {"score": None, "raw": None, "status": "error", "error": None, "smoothed": False}
         if len(oks) >= self.quorum:
             scores = [float(r.score) for r in oks if r.score is not None]

@@ -297,6 +297,11 @@ class Method:
                 f"method {self.name!r} has no option 'score': it already takes the expected value of its printed digits "
                 "(FLEUR's smoothing); score=expected is for methods that print a plain score"
             )
+        if self.pipeline is not None:
+            return (
+                f"method {self.name!r} has no option 'score': its score is made from several answers "
+                "(steps per caption), not one printed number to weight"
+            )
         return None
 
     @property
