@@ -172,7 +172,8 @@ def preflight(
             check_output(path, inputs=sources, what=flag)
             if flag != "--out" and out is not None and Path(path).resolve() == Path(out).resolve():
                 raise UsageError(f"{flag} {path!r} is the --out results file: write the report elsewhere")
-    check_backend(args.backend, backend_options(args))
+    if getattr(args, "remote", None) is None:  # with --remote the server checked its backend
+        check_backend(args.backend, backend_options(args))
     # Last, so that a mistake in the options is named first: what an existing output holds.
     for flag, path in [("--out", out), *reports]:
         kind = out_kind if flag == "--out" else (report_kinds or {}).get(flag, "html" if flag == "--html" else None)
@@ -304,13 +305,17 @@ def usage_rows(judge: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None) -> None:
-    """The options every judging command takes: backend, method, images, templates, cache, API, images."""
-    p.add_argument("--backend", required=True, help="backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o")
+def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None, remote: bool = False) -> None:
+    """The options every judging command takes: backend, method, images, templates, cache, API, images.
+    ``remote``: also ``--remote URL`` (then ``--backend`` and ``--method`` are optional, and the
+    command resolves the method with :func:`capjudge.cli.serve.command_method`)."""
+    p.add_argument("--backend", required=not remote, help="backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o")
     if method_default is None:
-        p.add_argument("--method", required=True, help="judging method (see `capjudge methods`)")
+        p.add_argument("--method", required=not remote, help="judging method (see `capjudge methods`)")
     else:
-        p.add_argument("--method", default=method_default, help=f"judging method (default: {method_default})")
+        p.add_argument("--method", default=None if remote else method_default, help=f"judging method (default: {method_default})")
+    if remote:
+        p.add_argument("--remote", default=None, metavar="URL", help="judge through `capjudge serve` at URL (http://HOST:PORT; token from $CAPJUDGE_TOKEN): the server's method and backend, the records a local run writes (docs/serve.md)")
     p.add_argument("--images", default=None, help="folder that relative image paths are resolved against; paths that leave it are refused (see --allow-outside-images)")
     p.add_argument("--template", default=None, help="run the method with another registered template")
     p.add_argument("--template-file", default=None, help="run the method with your own Jinja template file (sandboxed)")
