@@ -28,7 +28,7 @@ from starlette.routing import Route
 from capjudge.redact import register_secret, scrub
 from capjudge.serve.batcher import Batcher, Closed, QueueFull
 from capjudge.serve.metrics import Metrics
-from capjudge.serve.wire import WireError, items_of, row_from_wire
+from capjudge.serve.wire import WireError, items_of, named, row_from_wire
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -124,8 +124,9 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
         return endpoint
 
     async def judged(route: str, kind: str, rows: list[Any], mode: str | None = None) -> list[Any]:
+        rows = [row_from_wire(r, settings.max_image_bytes) for r in rows]
         try:
-            future = running().submit(kind, [row_from_wire(r, settings.max_image_bytes) for r in rows], mode)
+            future = running().submit(kind, rows, mode)
         except QueueFull as exc:
             raise HTTPError(429, str(exc), {"Retry-After": str(exc.retry_after)}) from None
         except Closed as exc:
@@ -137,7 +138,7 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
             raise HTTPError(500, f"the judge failed on this batch: {type(exc).__name__}: {exc}") from None
         finally:
             metrics.in_flight.dec()
-        out = [r.to_dict() for r in records]
+        out = [named(r.to_dict(), row) for r, row in zip(records, rows)]
         for rec in out:
             metrics.samples.labels(route=route, status=str(rec.get("status"))).inc()
         return out

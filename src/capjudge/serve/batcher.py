@@ -20,7 +20,6 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from capjudge.serve.metrics import Metrics
-from capjudge.serve.wire import InlineImage
 
 
 class StreamJudge(Protocol):
@@ -63,17 +62,6 @@ class Job:
     def __post_init__(self) -> None:
         self.results = [None] * len(self.rows)
         self.left = len(self.rows)
-
-
-def inline_names(rows: list[Any]) -> dict[str, Any]:
-    """The images of ``rows`` sent inline, by name, with what they hold (the judge groups images
-    by name: one batch must never hold two different images under one name)."""
-    names: dict[str, Any] = {}
-    for row in rows:
-        image = row.get("image") if isinstance(row, dict) else None
-        if isinstance(image, InlineImage):
-            names[str(image)] = (image.error, hash(image.data))
-    return names
 
 
 class Batcher:
@@ -142,17 +130,12 @@ class Batcher:
                 self._cond.wait(left)
             first = self._queue[0]
             taken: list[Job] = []
-            names: dict[str, Any] = {}
             rows = 0
             for job in list(self._queue):
                 if (job.kind, job.mode) != (first.kind, first.mode):
                     continue
                 if taken and rows + len(job.rows) > self.max_batch:
                     break
-                mine = inline_names(job.rows)
-                if any(names.get(k, v) != v for k, v in mine.items()):
-                    continue  # another image under a name this batch already holds: the next batch
-                names.update(mine)
                 taken.append(job)
                 rows += len(job.rows)
             for job in taken:

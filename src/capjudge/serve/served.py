@@ -26,7 +26,7 @@ class ServedJudge(Judge):
             return super().load_image(image)
         if image.error is not None:
             return image.error
-        name = str(image)
+        name = image.name
         data = image.data or b""
         try:
             loaded = load_image(data, limits=self.image_limits)

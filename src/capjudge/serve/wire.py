@@ -6,14 +6,15 @@ A sample or pair on the wire is the input row (``image``, ``caption`` or ``capti
 could not be read in ``image_error`` (the record then says what a local run says). Without either,
 ``image`` is an ``http(s)`` or ``data:`` URL, or a path under the server's ``--images``.
 
-On the server, such an image becomes an :class:`InlineImage`: a ``str`` (the name, so that records
-and error messages show what a local run shows) carrying the bytes or the error.
+On the server, such an image becomes an :class:`InlineImage` carrying the bytes or the error; the
+records name it by the client's name (what a local run shows).
 """
 
 from __future__ import annotations
 
 import base64
 import binascii
+import hashlib
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,17 +29,39 @@ ROW_FIELDS = ("image", "caption", "caption_a", "caption_b", "references", "id")
 
 
 class InlineImage(str):
-    """An image sent in the request: its name (the ``str`` value), and its bytes or the error that
-    stopped the client reading it."""
+    """An image sent in the request: its bytes or the error that stopped the client reading it,
+    and its ``name`` (what records show). The ``str`` value is a key of its own (the name and a
+    digest of the content), so that the judge groups equal images sent by different clients and
+    never mistakes one for another image of the same name; :func:`named` puts the name back into
+    the records."""
 
+    name: str
     data: bytes | None
     error: str | None
 
     def __new__(cls, name: str, data: bytes | None = None, error: str | None = None) -> InlineImage:
-        obj = super().__new__(cls, name)
+        digest = hashlib.sha256(data if data is not None else (error or "").encode("utf-8", "replace")).hexdigest()[:24]
+        obj = super().__new__(cls, f"{INLINE_PREFIX}{'data' if data is not None else 'error'}-{digest}:{name}")
+        obj.name = name
         obj.data = data
         obj.error = error
         return obj
+
+
+INLINE_PREFIX = "inline-"
+
+
+def named(record: dict[str, Any], row: Any) -> dict[str, Any]:
+    """``record`` (a results-file record of ``row``) with the inline image's key replaced by its name."""
+    image = row.get("image") if isinstance(row, dict) else None
+    if not isinstance(image, InlineImage):
+        return record
+    key = str(image)
+    if record.get("image") == key:
+        record["image"] = image.name
+    if isinstance(record.get("error"), str):
+        record["error"] = record["error"].replace(key, image.name)
+    return record
 
 
 class WireError(ValueError):
@@ -112,4 +135,4 @@ def items_of(body: Any, field: str) -> list[Any]:
     return items
 
 
-__all__ = ["InlineImage", "ROW_FIELDS", "WireError", "items_of", "row_from_wire", "row_to_wire"]
+__all__ = ["INLINE_PREFIX", "InlineImage", "ROW_FIELDS", "WireError", "items_of", "named", "row_from_wire", "row_to_wire"]
