@@ -55,7 +55,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from capjudge.cli.common import preflight
     from capjudge.serve.app import DEFAULT_MAX_BODY_BYTES, ServeSettings, create_app
     from capjudge.serve.served import ServedJudge, judge_info
-    from capjudge.serve.server import make_server
+    from capjudge.serve.server import make_server, serve
 
     method = method_with_template(args.method, args.template, args.template_file)
     preflight(args)
@@ -79,7 +79,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = make_server(app, args.host, args.port, log_level="debug" if args.verbose >= 2 else "info" if args.verbose else "warning", graceful_seconds=args.graceful_seconds)
         if not args.quiet:
             print(f"capjudge serve: {method.name} on {judge.backend_spec}, http://{args.host}:{args.port} (token: {'yes' if token else 'none, loopback only'})", file=sys.stderr)
-        server.run()
+        serve(server)
     return 0
 
 

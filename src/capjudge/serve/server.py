@@ -66,4 +66,22 @@ def make_server(app: Any, host: str, port: int, *, log_level: str = "warning", g
     return uvicorn.Server(config)
 
 
-__all__ = ["TOKEN_VARIABLE", "check_binding", "free_port", "is_loopback", "make_server", "token_from"]
+def serve(server: Any) -> None:
+    """Run a ``uvicorn.Server`` until SIGTERM (or SIGINT) has stopped it gracefully. uvicorn raises
+    the signal again once it has shut down (so that the process dies of it); SIGTERM's is caught
+    here: a server that finished its requests in flight exits 0. SIGINT keeps its usual meaning
+    (the command exits 130)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        server.run()
+        return
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    try:
+        server.run()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+__all__ = ["TOKEN_VARIABLE", "check_binding", "free_port", "is_loopback", "make_server", "serve", "token_from"]
