@@ -10,9 +10,9 @@ from typing import Any
 import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
-from serve_helpers import ANSWER, IMAGES, Gate, auth, b64, serving
 
 from capjudge.cli import main
+from serve_helpers import ANSWER, IMAGES, Gate, auth, b64, serving
 
 TOKEN = "serve-test-token-0123456789"
 

@@ -17,12 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from serve_helpers import ANSWER, EXAMPLES, IMAGES, auth, serving
 
 from capjudge.cli import main
 from capjudge.serve import RemoteJudge
 from capjudge.serve.served import ServedJudge
 from capjudge.serve.server import free_port
+from serve_helpers import ANSWER, EXAMPLES, IMAGES, auth, serving
 
 TOKEN = "remote-test-token-9876543210"
 SRC = Path(__file__).resolve().parents[1] / "src"

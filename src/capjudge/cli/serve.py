@@ -125,9 +125,10 @@ def command_method(args: argparse.Namespace, default: str | None = None) -> Any:
         return remote_judge(args).method
     if getattr(args, "backend", None) is None:
         raise UsageError("give --backend SPEC (or --remote URL: judge through `capjudge serve`)")
-    if (args.method or default) is None:
+    name = args.method or default
+    if name is None:
         raise UsageError("give --method NAME (see `capjudge methods`)")
-    return method_with_template(args.method or default, args.template, args.template_file)
+    return method_with_template(name, args.template, args.template_file)
 
 
 __all__ = ["cmd_serve", "command_method", "register", "remote_judge"]

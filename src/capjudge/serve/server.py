@@ -10,6 +10,7 @@ secrets); its access log line names the client, method and path, never a header.
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import socket
 from typing import Any
@@ -62,7 +63,7 @@ def make_server(app: Any, host: str, port: int, *, log_level: str = "warning", g
     ``server.should_exit = True``; signals are handled only in the main thread)."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=log_level, lifespan="on", timeout_graceful_shutdown=graceful_seconds, server_header=False)
+    config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=log_level, lifespan="on", timeout_graceful_shutdown=None if graceful_seconds is None else max(1, math.ceil(graceful_seconds)), server_header=False)
     return uvicorn.Server(config)
 
 
