@@ -1,7 +1,7 @@
 """Requests arriving together, judged together: one worker thread per judge.
 
 The worker takes the requests waiting in the queue (at least one; more until ``max_batch`` rows
-or ``max_wait_ms`` after the first arrived), hands their rows to the judge's stream API in one call
+or ``max_wait_ms`` after the first arrived; those of the first one's image first), hands their rows to the judge's stream API in one call
 (the judge groups them by image, so captions of one image share its prefix whichever client sent
 them), and resolves each request's future when its last record is made. The queue is bounded by
 rows: a request that would overflow it is refused (:class:`QueueFull`, answered 429 with
@@ -62,6 +62,13 @@ class Job:
     def __post_init__(self) -> None:
         self.results = [None] * len(self.rows)
         self.left = len(self.rows)
+
+
+def image_of(job: Job) -> str | None:
+    """The image of a request's first row, as text (what the judge groups rows by)."""
+    row = job.rows[0] if job.rows else None
+    image = row.get("image") if isinstance(row, dict) else None
+    return str(image) if isinstance(image, str) else None
 
 
 class Batcher:
@@ -131,9 +138,12 @@ class Batcher:
             first = self._queue[0]
             taken: list[Job] = []
             rows = 0
-            for job in list(self._queue):
-                if (job.kind, job.mode) != (first.kind, first.mode):
-                    continue
+            # The first job's image first, whatever the order of arrival: a batch of one image
+            # computes its prefix once (local backends); then the rest in order of arrival.
+            image = image_of(first)
+            candidates = [job for job in self._queue if (job.kind, job.mode) == (first.kind, first.mode)]
+            candidates.sort(key=lambda job: image_of(job) != image)
+            for job in candidates:
                 if taken and rows + len(job.rows) > self.max_batch:
                     break
                 taken.append(job)
