@@ -70,7 +70,7 @@ def batch_stats(url: str) -> dict[str, float]:
 
     values = {s.name: s.value for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text) for s in f.samples}
     count = values.get("capjudge_batch_size_count", 0.0)
-    return {"batches": count, "mean_batch": round(values.get("capjudge_batch_size_sum", 0.0) / count, 2) if count else 0.0}
+    return {"batches": count, "judge_seconds": values.get("capjudge_batch_seconds_sum", 0.0)}
 
 
 class Server:
@@ -193,6 +193,7 @@ def main() -> None:
             judge.close()
             server.stop()
         batches = timed["batches"] - warm["batches"]
+        judge_seconds = timed["judge_seconds"] - warm["judge_seconds"]
 
         # Overload: a small queue, many clients, no retries.
         over = Server(spec, args.method, free_port(), "--max-batch", str(args.batch), "--max-wait-ms", str(args.max_wait_ms), "--max-queue", str(args.overload_queue), "--max-new-tokens", str(args.max_new_tokens))
@@ -232,6 +233,8 @@ def main() -> None:
         "ratio_served_over_in_process": round(served_tp / local_tp, 3),
         "served_batches": batches,
         "served_mean_batch": round(args.n * args.reps / batches, 2) if batches else 0.0,
+        "served_judge_busy_share": round(judge_seconds / sum(served_s), 3),
+        "served_judge_samples_per_s": round(args.n * args.reps / judge_seconds, 2) if judge_seconds else 0.0,
         "latency_p50_s": round(percentile(lat, 0.5), 3),
         "latency_p99_s": round(percentile(lat, 0.99), 3),
         "overload": {
