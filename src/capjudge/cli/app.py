@@ -1,6 +1,6 @@
 """The ``capjudge`` application: the parser of every command, ``main`` and its error handling.
 
-Commands: score, compare, explain, demo, methods, meta-eval, agree, cache, probe, html, arena, batch.
+Commands: score, compare, explain, demo, methods, meta-eval, agree, cache, probe, html, arena, batch, serve.
 
 Exit codes (:data:`EXIT_CODES_HELP`): 0 the run completed, also with per-sample errors (records in
 the results file, counted in the summary); 3 samples failed for backend reasons (server gone,
