@@ -172,3 +172,14 @@ def test_serve_refuses_to_listen_beyond_loopback_without_a_token(monkeypatch: py
     assert "give a token" in capsys.readouterr().err
     monkeypatch.setenv("CAPJUDGE_TOKEN", "  ")
     assert main(["serve", "--method", "vanilla", "--backend", f"scripted:{ANSWER}", "--port", "0"]) == 2
+
+
+def test_info_shows_the_backend_as_records_do_with_credentials_masked() -> None:
+    from capjudge.serve.served import ServedJudge
+
+    judge = ServedJudge("vanilla", "openai-compatible:http://user:secretpw123456@127.0.0.1:9/v1#m")
+    with serving(judge=judge, token=TOKEN) as srv:
+        r = httpx.get(f"{srv.url}/v1/info", headers=auth(TOKEN))
+    assert r.status_code == 200
+    assert r.json()["backend"] == "openai-compatible:http://***@127.0.0.1:9/v1#m"
+    assert "secretpw123456" not in r.text
