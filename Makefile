@@ -30,7 +30,7 @@ $(VENV)/.stamp-hf: pyproject.toml tools/torchvision_shim.py | $(PY)
 	touch $@
 
 $(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-hf
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet $(TORCH_SPEC) -e '.[hf,llamacpp,ray,dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet $(TORCH_SPEC) -e '.[hf,llamacpp,ray,serve,dev]'
 	touch $@
 
 # Where the only torchvision that matches torch is a CUDA build whose compiled ops cannot load

@@ -184,7 +184,10 @@ def preflight(
             check_output(path, inputs=sources, what=flag)
             if flag != "--out" and out is not None and Path(path).resolve() == Path(out).resolve():
                 raise UsageError(f"{flag} {path!r} is the --out results file: write the report elsewhere")
-    if hasattr(args, "backends") and panel_args(args) is not None:  # a panel: every judge checked
+    if getattr(args, "remote", None) is not None:  # the server checked its backend
+        if getattr(args, "backends", None) or getattr(args, "panel", None):
+            raise UsageError("--remote: the server chose the judge; --backend / --panel cannot be given with it")
+    elif hasattr(args, "backends") and panel_args(args) is not None:  # a panel: every judge checked
         check_panel(args, parse_options(args.backend_opt))
     else:
         check_backend(args.backend, backend_options(args))
@@ -323,20 +326,24 @@ def usage_rows(judge: Any) -> list[tuple[str, str]]:
     return rows
 
 
-def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None, panel: bool = False, backend_required: bool = True) -> None:
+def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None, panel: bool = False, remote: bool = False, backend_required: bool = True) -> None:
     """The options every judging command takes: backend, method, images, templates, cache, API, images;
     with ``panel``, ``--backend`` repeatable and the ``--panel*`` options (:mod:`capjudge.cli.panel`;
-    the panel's checks then ask for a backend). ``backend_required=False``: the command checks
+    the panel's checks then ask for a backend). ``remote``: also ``--remote URL`` (then ``--backend``
+    and ``--method`` are optional, and the command resolves the method with
+    :func:`capjudge.cli.serve.command_method`). ``backend_required=False``: the command checks
     ``--backend`` itself (``arena --caparena-results`` needs none)."""
     backend_help = "backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o"
     if panel:
         add_backend_option(p, backend_help)
     else:
-        p.add_argument("--backend", required=backend_required, help=backend_help)
+        p.add_argument("--backend", required=backend_required and not remote, help=backend_help)
     if method_default is None:
-        p.add_argument("--method", required=True, help="judging method (see `capjudge methods`)")
+        p.add_argument("--method", required=not remote, help="judging method (see `capjudge methods`)")
     else:
-        p.add_argument("--method", default=method_default, help=f"judging method (default: {method_default})")
+        p.add_argument("--method", default=None if remote else method_default, help=f"judging method (default: {method_default})")
+    if remote:
+        p.add_argument("--remote", default=None, metavar="URL", help="judge through `capjudge serve` at URL (http://HOST:PORT; token from $CAPJUDGE_TOKEN): the server's method and backend, the records a local run writes (docs/serve.md)")
     p.add_argument("--images", default=None, help="folder that relative image paths are resolved against; paths that leave it are refused (see --allow-outside-images)")
     p.add_argument("--template", default=None, help="run the method with another registered template")
     p.add_argument("--template-file", default=None, help="run the method with your own Jinja template file (sandboxed)")

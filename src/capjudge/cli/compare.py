@@ -16,7 +16,6 @@ from capjudge.cli.common import (
     console,
     finish,
     make_judge,
-    method_with_template,
     preflight,
     progress_of,
     resume_note,
@@ -25,13 +24,14 @@ from capjudge.cli.common import (
 )
 from capjudge.cli.html import add_html_option
 from capjudge.cli.score import html_report
+from capjudge.cli.serve import command_method, remote_judge
 from capjudge.errors import UsageError
 
 
 def register(sub: Any) -> None:
     """Add ``compare`` to an argparse subparsers object."""
     p = sub.add_parser("compare", help="A/B comparison of caption pairs (dual-sided or by grading)", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(p, method_default="gpt4v-pairwise", panel=True)
+    add_common(p, method_default="gpt4v-pairwise", panel=True, remote=True)
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption_a, caption_b[, id]")
     p.add_argument("--out", required=True, help="results JSONL")
     p.add_argument("--mode", choices=("auto", "pairwise", "grading"), default="auto", help="pairwise: ask both orders and vote (the GPT-4V evaluator paper); grading: higher single score wins; auto: by method")
@@ -52,7 +52,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from capjudge.summary import RunTally
     from capjudge.types import PairResult
 
-    method = method_with_template(args.method, args.template, args.template_file)
+    method = command_method(args, "gpt4v-pairwise")  # --remote: the server's
     mode = args.mode if args.mode != "auto" else None
     if mode == "grading" and method.kind != "score":
         raise UsageError(f"comparison by grading needs a scoring method, not {method.name!r}")
@@ -67,8 +67,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         rows = rows[: args.limit]
     tally = RunTally(method=method.name)
     t0 = time.perf_counter()
-    with make_judge(args, method) as judge:
-        run = run_fields(judge, mode)
+    with (remote_judge(args) if args.remote else make_judge(args, method)) as judge:
+        run = judge.run_fields(mode) if args.remote else run_fields(judge, mode)
         plan = resume_plan(args.out, rows, pair_key, run, overwrite=args.overwrite, retry_errors=args.retry_errors)
         session = batch.session_for(args, judge, run, backend_options(args))
 

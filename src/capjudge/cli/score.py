@@ -17,7 +17,6 @@ from capjudge.cli.common import (
     finish,
     judge_kwargs,
     make_judge,
-    method_with_template,
     preflight,
     progress_of,
     resume_note,
@@ -25,13 +24,14 @@ from capjudge.cli.common import (
     usage_rows,
 )
 from capjudge.cli.html import add_html_option
+from capjudge.cli.serve import command_method, remote_judge
 from capjudge.errors import UsageError
 
 
 def register(sub: Any) -> None:
     """Add ``score`` to an argparse subparsers object."""
     p = sub.add_parser("score", help="score every caption of a JSONL/CSV file", epilog=EXIT_CODES_HELP, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_common(p, panel=True)
+    add_common(p, panel=True, remote=True)
     p.add_argument("--input", required=True, help="JSONL or CSV with image, caption[, references, id]")
     p.add_argument("--out", required=True, help="results JSONL (one record per input row)")
     add_resume(p)
@@ -53,7 +53,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     from capjudge.summary import RunTally
     from capjudge.types import ScoreResult
 
-    method = method_with_template(args.method, args.template, args.template_file)
+    method = command_method(args)  # --remote: the server's
     if method.pairwise:
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
     _vqa_dir_option(args, method)
@@ -65,7 +65,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     _check_ray_args(args)
     tally = RunTally(method=method.name, smoothing=bool(method.smoothing))
     t0 = time.perf_counter()
-    with make_judge(args, method) as judge, _score_stream(args, judge, method) as stream:
+    with (remote_judge(args) if args.remote else make_judge(args, method)) as judge, _score_stream(args, judge, method) as stream:
         tally.smoothing = bool(judge.method.reads_logprobs)  # the options applied (score=expected)
         # What every record of this run says about how it was made (as bad_row_result writes it).
         fields = {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash}

@@ -1,0 +1,262 @@
+"""Throughput and latency of ``capjudge serve`` against the same backend called in-process.
+
+Three phases on the tiny random HF LLaVA (built into a temporary folder; CPU unless ``--device``):
+
+(a) in-process: ``Judge(method, backend, batch_size=B).score_many`` on N samples (the captions of
+    the two example images);
+(b) served: ``capjudge serve --max-batch B`` in its own process, and ``--clients`` (64) concurrent
+    clients in this one (asyncio + httpx), each sending one sample per request until N are judged;
+    throughput, and the latency of each request (p50, p99);
+(c) overload: a server with a small ``--max-queue`` and ``--overload-clients`` clients sending
+    without waiting: how many 200s, 429s and anything else (a 5xx or a dropped connection would be a
+    failure), and the server's resident memory before, at its peak and after.
+
+It prints the ratio served / in-process throughput (the target is at least 0.8) with p50 and p99.
+Both sides first judge the N samples once (warm-up: the model loaded, every batch shape seen), then
+rounds alternate (a) and (b) ``--reps`` times; the medians are reported.
+
+    python benchmarks/bench_serve.py                    # N = 256, 64 clients, B = 16
+    python benchmarks/bench_serve.py --json             # last line: one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from _machine import cpu_name  # benchmarks/ is on sys.path when a script runs
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+IMAGES = ROOT / "examples" / "images"
+WORDS = ["cat", "dog", "grey", "orange", "bed", "hat", "camera", "lying", "walks", "looks", "together", "black"]
+
+
+def samples(n: int) -> list[dict[str, Any]]:
+    """``n`` samples over the two example images, every caption different."""
+    out = []
+    for k in range(n):
+        words = " ".join(WORDS[(k * 7 + j) % len(WORDS)] for j in range(6 + k % 5))
+        out.append({"id": f"s{k}", "image": "cats.jpg" if k % 2 == 0 else "dog.jpg", "caption": f"a {words} number {k}."})
+    return out
+
+
+def in_process(judge: Any, rows: list[dict[str, Any]]) -> float:
+    """Seconds to judge ``rows`` with a Judge in this process."""
+    t0 = time.perf_counter()
+    results = list(judge.score_many(rows))
+    seconds = time.perf_counter() - t0
+    assert len(results) == len(rows)
+    return seconds
+
+
+def batch_stats(url: str) -> dict[str, float]:
+    """Batches the server ran and their mean size (its /metrics)."""
+    import httpx
+    from prometheus_client.parser import text_string_to_metric_families
+
+    values = {s.name: s.value for f in text_string_to_metric_families(httpx.get(f"{url}/metrics").text) for s in f.samples}
+    count = values.get("capjudge_batch_size_count", 0.0)
+    return {"batches": count, "judge_seconds": values.get("capjudge_batch_seconds_sum", 0.0)}
+
+
+class Server:
+    """``capjudge serve`` in a process of its own."""
+
+    def __init__(self, spec: str, method: str, port: int, *extra: str) -> None:
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        env.pop("CAPJUDGE_TOKEN", None)
+        self.url = f"http://127.0.0.1:{port}"
+        cmd = [sys.executable, "-m", "capjudge.cli", "serve", "--method", method, "--backend", spec, "--images", str(IMAGES), "--no-cache", "--port", str(port), "--quiet", *extra]
+        self.proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        import httpx
+
+        deadline = time.monotonic() + 300
+        while True:
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the server did not start: {self.proc.stderr.read().decode() if self.proc.stderr else ''}")
+            time.sleep(0.2)
+
+    def rss_mib(self) -> float:
+        """The server's resident memory (MiB)."""
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+        return float("nan")
+
+    def stop(self) -> int:
+        import signal
+
+        self.proc.send_signal(signal.SIGTERM)
+        return self.proc.wait(120)
+
+
+async def clients(url: str, rows: list[dict[str, Any]], n_clients: int, *, retry: bool) -> tuple[float, list[float], dict[int, int]]:
+    """``n_clients`` concurrent clients sending one row per request: (seconds, latencies of the
+    answered requests, count by status; -1 for a connection error)."""
+    import httpx
+
+    todo = list(reversed(rows))
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+    limits = httpx.Limits(max_connections=n_clients, max_keepalive_connections=n_clients)
+    async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
+
+        async def one() -> None:
+            while todo:
+                row = todo.pop()
+                while True:
+                    t0 = time.perf_counter()
+                    try:
+                        r = await client.post("/v1/score", json={"samples": [row]})
+                        status = r.status_code
+                    except httpx.HTTPError:
+                        status = -1
+                    statuses[status] = statuses.get(status, 0) + 1
+                    if status == 200:
+                        latencies.append(time.perf_counter() - t0)
+                        break
+                    if not retry:
+                        break
+                    await asyncio.sleep(float(r.headers.get("retry-after", "1")) if status == 429 else 0.5)
+
+        t0 = time.perf_counter()
+        await asyncio.gather(*(one() for _ in range(n_clients)))
+        return time.perf_counter() - t0, latencies, statuses
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--n", type=int, default=256, help="samples per round (default 256)")
+    parser.add_argument("--clients", type=int, default=64)
+    parser.add_argument("--batch", type=int, default=16, help="batch size in-process and --max-batch of the server (default 16)")
+    parser.add_argument("--method", default="vanilla")
+    parser.add_argument("--max-new-tokens", type=int, default=8, help="answer length (default 8: the model's forward passes dominate)")
+    parser.add_argument("--max-wait-ms", type=float, default=20.0)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--overload-clients", type=int, default=256)
+    parser.add_argument("--overload-queue", type=int, default=32)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    from capjudge.serve.server import free_port
+    from capjudge.testing.tiny_llava import build_tiny_llava
+
+    with tempfile.TemporaryDirectory() as tmp:
+        model = build_tiny_llava(Path(tmp) / "tiny")
+        spec = f"hf:{model}?device={args.device}"
+        rows = samples(args.n)
+        server = Server(spec, args.method, free_port(), "--max-batch", str(args.batch), "--max-wait-ms", str(args.max_wait_ms), "--max-queue", str(max(args.n, 1024)), "--max-new-tokens", str(args.max_new_tokens))
+        local_s: list[float] = []
+        served_s: list[float] = []
+        lat: list[float] = []
+        from capjudge.judges.judge import Judge
+
+        judge = Judge(args.method, spec, images_root=IMAGES, batch_size=args.batch, max_new_tokens=args.max_new_tokens)
+        try:
+            # Warm-up, both sides: the model loaded, every batch shape seen once.
+            in_process(judge, rows)
+            asyncio.run(clients(server.url, rows, args.clients, retry=True))
+            warm = batch_stats(server.url)
+            for _ in range(args.reps):
+                local_s.append(in_process(judge, rows))
+                seconds, latencies, statuses = asyncio.run(clients(server.url, rows, args.clients, retry=True))
+                assert statuses.get(200) == len(rows), statuses
+                served_s.append(seconds)
+                lat.extend(latencies)
+            timed = batch_stats(server.url)
+        finally:
+            judge.close()
+            server.stop()
+        batches = timed["batches"] - warm["batches"]
+        judge_seconds = timed["judge_seconds"] - warm["judge_seconds"]
+
+        # Overload: a small queue, many clients, no retries.
+        over = Server(spec, args.method, free_port(), "--max-batch", str(args.batch), "--max-wait-ms", str(args.max_wait_ms), "--max-queue", str(args.overload_queue), "--max-new-tokens", str(args.max_new_tokens))
+        peak = [0.0]
+        stop = threading.Event()
+
+        def watch() -> None:
+            while not stop.is_set():
+                peak[0] = max(peak[0], over.rss_mib())
+                time.sleep(0.05)
+
+        try:
+            asyncio.run(clients(over.url, rows[: args.batch], 4, retry=True))  # model loaded
+            before = over.rss_mib()
+            watcher = threading.Thread(target=watch, daemon=True)
+            watcher.start()
+            overload_rows = samples(args.overload_clients * 4)
+            o_seconds, _, o_statuses = asyncio.run(clients(over.url, overload_rows, args.overload_clients, retry=False))
+            stop.set()
+            watcher.join()
+            after = over.rss_mib()
+            alive = over.proc.poll() is None
+        finally:
+            code = over.stop()
+
+    local_tp = args.n / statistics.median(local_s)
+    served_tp = args.n / statistics.median(served_s)
+    report = {
+        "machine": cpu_name(),
+        "n": args.n,
+        "clients": args.clients,
+        "batch": args.batch,
+        "method": args.method,
+        "max_new_tokens": args.max_new_tokens,
+        "in_process_samples_per_s": round(local_tp, 2),
+        "served_samples_per_s": round(served_tp, 2),
+        "ratio_served_over_in_process": round(served_tp / local_tp, 3),
+        "served_batches": batches,
+        "served_mean_batch": round(args.n * args.reps / batches, 2) if batches else 0.0,
+        "served_judge_busy_share": round(judge_seconds / sum(served_s), 3),
+        "served_judge_samples_per_s": round(args.n * args.reps / judge_seconds, 2) if judge_seconds else 0.0,
+        "latency_p50_s": round(percentile(lat, 0.5), 3),
+        "latency_p99_s": round(percentile(lat, 0.99), 3),
+        "overload": {
+            "clients": args.overload_clients,
+            "max_queue": args.overload_queue,
+            "requests": sum(o_statuses.values()),
+            "by_status": {str(k): v for k, v in sorted(o_statuses.items())},
+            "seconds": round(o_seconds, 1),
+            "rss_mib_before": round(before, 1),
+            "rss_mib_peak": round(peak[0], 1),
+            "rss_mib_after": round(after, 1),
+            "server_alive_after": alive,
+            "exit_code_after_sigterm": code,
+        },
+    }
+    if not args.json:
+        print(f"machine: {report['machine']}")
+        print(f"in-process: {local_tp:.1f} samples/s   served ({args.clients} clients): {served_tp:.1f} samples/s   ratio {served_tp / local_tp:.2f}")
+        print(f"latency p50 {report['latency_p50_s']} s   p99 {report['latency_p99_s']} s")
+        print(f"overload: {report['overload']}")
+    print(json.dumps(report))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,134 @@
+"""``capjudge serve``: a judge over HTTP (:mod:`capjudge.serve`); and the client side of
+``capjudge score|compare --remote URL``.
+
+``capjudge serve --method M --backend B [--images DIR] [--host H] --port P [--token T]`` serves the
+judge the same options build for ``capjudge score``; the token comes from ``--token`` or
+``$CAPJUDGE_TOKEN`` and is required to listen beyond loopback. With ``--remote URL``, ``score`` and
+``compare`` judge through such a server (:class:`capjudge.serve.RemoteJudge`): the method and the
+backend are the server's, so the options that choose them are refused.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from capjudge.cli.common import add_common, judge_kwargs, method_with_template, positive, seconds
+from capjudge.errors import UsageError
+
+# What --remote leaves to the server (the method, the backend and how they run): refused with it.
+SERVER_CHOSEN = ("backend", "panel", "panel_aggregate", "panel_quorum", "thinking", "thinking_budget", "template", "template_file", "judge", "max_new_tokens", "method_option", "backend_opt", "concurrency", "max_cost", "prices", "detail", "cache_dir")
+
+
+def register(sub: Any) -> None:
+    """Add ``serve`` to an argparse subparsers object."""
+    p = sub.add_parser("serve", help="serve a judge over HTTP (score, compare, reward; needs the serve extra)", formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="routes: GET /health (no token), GET /v1/info, POST /v1/score, /v1/compare, /v1/reward, GET /metrics; docs/serve.md")
+    add_common(p)
+    net = p.add_argument_group("server")
+    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; any other than loopback needs a token)")
+    net.add_argument("--port", type=int, default=8000, help="TCP port (default 8000; 0: any free port)")
+    net.add_argument("--token", default=None, help="bearer token clients must send (default: $CAPJUDGE_TOKEN; prefer the variable: a command line is visible to other users)")
+    net.add_argument("--max-batch", type=positive, default=None, metavar="N", help="rows handed to the judge together (default: --batch-size)")
+    net.add_argument("--max-wait-ms", type=float, default=10.0, metavar="MS", help="how long the first request of a batch waits for others (default 10)")
+    net.add_argument("--max-queue", type=positive, default=1024, metavar="N", help="rows waiting at most; a request beyond is answered 429 with Retry-After (default 1024)")
+    net.add_argument("--max-body-bytes", type=positive, default=None, metavar="B", help="request body cap (default 64 MiB): 413 beyond")
+    net.add_argument("--graceful-seconds", type=seconds, default=None, metavar="S", help="on SIGTERM, how long requests in flight may take to finish (default: as long as they need)")
+    p.set_defaults(func=cmd_serve)
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``capjudge serve``."""
+    from capjudge.serve.server import check_binding, token_from
+
+    token = token_from(args.token)
+    check_binding(args.host, token)
+    if args.max_wait_ms < 0:
+        raise UsageError(f"--max-wait-ms must be 0 or more, got {args.max_wait_ms:g}")
+    try:
+        import prometheus_client  # noqa: F401
+        import starlette  # noqa: F401
+        import uvicorn  # noqa: F401
+    except ImportError as exc:
+        raise UsageError(f"capjudge serve needs the serve extra: pip install 'capjudge[serve]' ({exc.name} is missing)") from None
+    from capjudge.cli.common import preflight
+    from capjudge.serve.app import DEFAULT_MAX_BODY_BYTES, ServeSettings, create_app
+    from capjudge.serve.served import ServedJudge, judge_info
+    from capjudge.serve.server import make_server, serve
+
+    method = method_with_template(args.method, args.template, args.template_file)
+    preflight(args)
+    kwargs = judge_kwargs(args)
+    max_batch = args.max_batch or args.batch_size
+    kwargs["batch_size"] = max_batch
+    try:
+        judge = ServedJudge(method, args.backend, **kwargs)
+    except ValueError as exc:
+        raise UsageError(f"cannot build the judge: {exc}") from exc
+    with judge:
+        settings = ServeSettings(
+            token=token,
+            max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+            max_image_bytes=judge.image_limits.max_download_bytes,
+            max_batch=max_batch,
+            max_wait_ms=args.max_wait_ms,
+            max_queue=args.max_queue,
+        )
+        app = create_app(judge, settings, judge_info(judge))
+        server = make_server(app, args.host, args.port, log_level="debug" if args.verbose >= 2 else "info" if args.verbose else "warning", graceful_seconds=args.graceful_seconds)
+        if not args.quiet:
+            print(f"capjudge serve: {method.name} on {judge.backend_spec}, http://{args.host}:{args.port} (token: {'yes' if token else 'none, loopback only'})", file=sys.stderr)
+        serve(server)
+    return 0
+
+
+# ------------------------------------------------------------------------------ --remote (client)
+def remote_judge(args: argparse.Namespace) -> Any:
+    """The :class:`capjudge.serve.RemoteJudge` of ``--remote`` (built once per command; options
+    that choose the method or backend are usage errors: the server chose them)."""
+    held = getattr(args, "remote_judge", None)
+    if held is not None:
+        return held
+    given = [f"--{name.replace('_', '-')}" for name in SERVER_CHOSEN if getattr(args, name, None) not in (None, False, [])]
+    if getattr(args, "system", "auto") != "auto":
+        given.append("--system")
+    for flag in ("batch", "ray", "batch_export", "batch_import"):
+        if getattr(args, flag, None) not in (None, False):
+            given.append(f"--{flag.replace('_', '-')}")
+    if given:
+        raise UsageError(f"--remote: the server chose the method, the backend and how they run; {', '.join(given)} cannot be given with it")
+    from capjudge.images import ImageLimits
+    from capjudge.serve.client import RemoteJudge
+
+    image = judge_kwargs_images(args)
+    limits = ImageLimits(**{k: v for k, v in image.items() if k in ("max_pixels", "oversize", "max_download_bytes", "download_timeout")})
+    judge = RemoteJudge(args.remote, batch_size=args.batch_size, images_root=args.images, allow_outside_images=bool(image.get("allow_outside_images")), image_limits=limits)
+    if getattr(args, "method", None) is not None and args.method != judge.method.name:
+        judge.close()
+        raise UsageError(f"--method {args.method}: the server at {args.remote} serves {judge.method.name!r}")
+    args.remote_judge = judge
+    return judge
+
+
+def judge_kwargs_images(args: argparse.Namespace) -> dict[str, Any]:
+    """The image options of the command line as :class:`capjudge.images.ImageLimits` fields (and
+    ``allow_outside_images``)."""
+    names = {"max_image_pixels": "max_pixels", "oversize_images": "oversize", "max_image_bytes": "max_download_bytes", "image_timeout": "download_timeout", "allow_outside_images": "allow_outside_images"}
+    return {new: getattr(args, old) for old, new in names.items() if getattr(args, old, None) is not None}
+
+
+def command_method(args: argparse.Namespace, default: str | None = None) -> Any:
+    """The method of a judging command: the server's with ``--remote``, else ``--method`` (or
+    ``default``) with ``--template`` / ``--template-file``."""
+    if getattr(args, "remote", None):
+        return remote_judge(args).method
+    if getattr(args, "backend", None) is None and getattr(args, "panel", None) is None:
+        raise UsageError("give a backend: --backend SPEC (several times for a panel of judges), --panel FILE, or --remote URL (judge through `capjudge serve`)")
+    name = args.method or default
+    if name is None:
+        raise UsageError("give --method NAME (see `capjudge methods`)")
+    return method_with_template(name, args.template, args.template_file)
+
+
+__all__ = ["cmd_serve", "command_method", "register", "remote_judge"]

@@ -1,0 +1,221 @@
+"""The judge server's ASGI app (Starlette): routes, the bearer token, caps, JSON errors.
+
+Routes: ``GET /health`` (the one route open without the token), ``GET /v1/info`` (what the judge
+is: method, backend as records show it, template hash), ``POST /v1/score`` (``{"samples": [...]}``),
+``POST /v1/compare`` (``{"pairs": [...], "mode": null | "pairwise" | "grading"}``), ``POST
+/v1/reward`` (``{"completions": [...], "images": [...], "references": [...]}``) and ``GET /metrics``
+(Prometheus text format). A judging route answers 200 with one record per row (``{"results":
+[...]}``, a bad row an error record naming it), 400 for a body that is not what the route takes,
+401 without the token, 413 for a body over the cap, 429 with ``Retry-After`` when the queue is full
+and 503 while shutting down. The token is compared in constant time and never logged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from capjudge.redact import register_secret, scrub
+from capjudge.serve.batcher import Batcher, Closed, QueueFull
+from capjudge.serve.metrics import Metrics
+from capjudge.serve.wire import WireError, items_of, named, row_from_wire
+
+DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    """How a server takes requests: the token (``None``: none asked, loopback only), the body cap
+    in bytes, the inline image cap in bytes, and the batching knobs."""
+
+    token: str | None = None
+    max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    max_image_bytes: int = 50 * 1024 * 1024
+    max_batch: int = 64
+    max_wait_ms: float = 10.0
+    max_queue: int = 1024
+
+
+class HTTPError(Exception):
+    """An answer other than 200, with a message naming the cause."""
+
+    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.headers = headers or {}
+
+
+def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    """``{"error": message}`` (scrubbed of secrets) with ``status``."""
+    return JSONResponse({"error": scrub(message)}, status_code=status, headers=headers)
+
+
+def authorized(request: Request, token: str | None) -> bool:
+    """Whether the request carries the server's bearer token (constant-time compare)."""
+    if token is None:
+        return True
+    given = request.headers.get("authorization", "")
+    scheme, _, value = given.partition(" ")
+    if scheme.lower() != "bearer":
+        return False
+    return hmac.compare_digest(value.strip().encode(), token.encode())
+
+
+async def read_json(request: Request, cap: int) -> Any:
+    """The request's JSON body, read up to ``cap`` bytes (413 beyond; 400 if not JSON)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > cap:
+        raise HTTPError(413, f"request body of {int(declared):,} bytes is over the server's cap of {cap:,} bytes (--max-body-bytes)")
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise HTTPError(413, f"request body is over the server's cap of {cap:,} bytes (--max-body-bytes)")
+        chunks.append(chunk)
+    try:
+        return json.loads(b"".join(chunks))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HTTPError(400, f"the request body is not JSON: {exc}") from None
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, metrics: Metrics | None = None, batcher: Batcher | None = None) -> Starlette:
+    """The ASGI app serving ``judge`` (a :class:`~capjudge.judges.judge.Judge`; ``info`` is what
+    ``GET /v1/info`` answers). The batcher starts with the app and finishes the queued requests
+    when the app shuts down (uvicorn's graceful shutdown: SIGTERM)."""
+    register_secret(settings.token)
+    metrics = metrics or Metrics()
+    state: dict[str, Any] = {"batcher": batcher}
+
+    def running() -> Batcher:
+        if state["batcher"] is None:
+            state["batcher"] = Batcher(judge, max_batch=settings.max_batch, max_wait_ms=settings.max_wait_ms, max_queue=settings.max_queue, metrics=metrics)
+        b: Batcher = state["batcher"]
+        return b
+
+    def guarded(route: str, fn: Handler, *, open_route: bool = False) -> Handler:
+        async def endpoint(request: Request) -> Response:
+            t0 = time.perf_counter()
+            try:
+                if not open_route and not authorized(request, settings.token):
+                    response: Response = error_response(401, "missing or wrong bearer token (Authorization: Bearer TOKEN)", {"WWW-Authenticate": "Bearer"})
+                else:
+                    response = await fn(request)
+            except HTTPError as exc:
+                response = error_response(exc.status, str(exc), exc.headers)
+            metrics.requests.labels(route=route, status=str(response.status_code)).inc()
+            if route.startswith("/v1/") and route != "/v1/info":
+                metrics.latency.labels(route=route).observe(time.perf_counter() - t0)
+            return response
+
+        return endpoint
+
+    async def judged(route: str, kind: str, rows: list[Any], mode: str | None = None) -> list[Any]:
+        rows = [row_from_wire(r, settings.max_image_bytes) for r in rows]
+        try:
+            future = running().submit(kind, rows, mode)
+        except QueueFull as exc:
+            raise HTTPError(429, str(exc), {"Retry-After": str(exc.retry_after)}) from None
+        except Closed as exc:
+            raise HTTPError(503, str(exc)) from None
+        metrics.in_flight.inc()
+        try:
+            records = await asyncio.wrap_future(future)
+        except Exception as exc:  # noqa: BLE001 - a judge bug: this request fails, the server stays up
+            raise HTTPError(500, f"the judge failed on this batch: {type(exc).__name__}: {exc}") from None
+        finally:
+            metrics.in_flight.dec()
+        out = [named(r.to_dict(), row) for r, row in zip(records, rows)]
+        for rec in out:
+            metrics.samples.labels(route=route, status=str(rec.get("status"))).inc()
+        return out
+
+    def checked_rows(body: Any, field: str) -> list[Any]:
+        try:
+            rows = items_of(body, field)
+        except WireError as exc:
+            raise HTTPError(400, str(exc)) from None
+        if len(rows) > settings.max_queue:
+            raise HTTPError(413, f"{len(rows)} {field} in one request: the server queues at most {settings.max_queue} (--max-queue); send fewer at a time")
+        return rows
+
+    async def health(request: Request) -> Response:
+        return JSONResponse({"status": "ok"})
+
+    async def get_info(request: Request) -> Response:
+        return JSONResponse(info)
+
+    async def score(request: Request) -> Response:
+        rows = checked_rows(await read_json(request, settings.max_body_bytes), "samples")
+        return JSONResponse({"results": await judged("/v1/score", "score", rows)})
+
+    async def compare(request: Request) -> Response:
+        body = await read_json(request, settings.max_body_bytes)
+        rows = checked_rows(body, "pairs")
+        mode = body.get("mode")
+        if mode not in (None, *info.get("compare_modes", {})):
+            raise HTTPError(400, f"mode {mode!r}: this judge compares by {sorted(info.get('compare_modes', {}))} (or null: the method's own)")
+        return JSONResponse({"results": await judged("/v1/compare", "compare", rows, mode)})
+
+    async def reward(request: Request) -> Response:
+        body = await read_json(request, settings.max_body_bytes)
+        completions = checked_rows(body, "completions")
+        images = body.get("images")
+        if not isinstance(images, list) or len(images) != len(completions):
+            raise HTTPError(400, "'images' must be a list with one image per completion")
+        refs = body.get("references")
+        if refs is not None and (not isinstance(refs, list) or len(refs) != len(completions)):
+            raise HTTPError(400, "'references' must be a list with one list of references per completion (or absent)")
+        rows = []
+        for k, (text, image) in enumerate(zip(completions, images)):
+            row = dict(image) if isinstance(image, dict) else {"image": image}
+            row.update(caption=text, id=str(k))
+            if refs is not None:
+                row["references"] = refs[k]
+            rows.append(row)
+        results = await judged("/v1/reward", "score", rows)
+        return JSONResponse({"rewards": [r.get("score") if r.get("status") == "ok" else None for r in results], "results": results})
+
+    async def get_metrics(request: Request) -> Response:
+        return Response(metrics.text(), media_type=metrics.content_type)
+
+    routes = [
+        Route("/health", guarded("/health", health, open_route=True), methods=["GET"]),
+        Route("/v1/info", guarded("/v1/info", get_info), methods=["GET"]),
+        Route("/v1/score", guarded("/v1/score", score), methods=["POST"]),
+        Route("/v1/compare", guarded("/v1/compare", compare), methods=["POST"]),
+        Route("/v1/reward", guarded("/v1/reward", reward), methods=["POST"]),
+        Route("/metrics", guarded("/metrics", get_metrics), methods=["GET"]),
+    ]
+
+    from contextlib import asynccontextmanager
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        running()
+        try:
+            yield
+        finally:
+            # Graceful shutdown: uvicorn has answered every request in flight; the queue is empty.
+            await asyncio.get_running_loop().run_in_executor(None, running().close)
+
+    app = Starlette(routes=routes, lifespan=lifespan)
+    app.state.metrics = metrics
+    app.state.batcher = running
+    return app
+
+
+__all__ = ["DEFAULT_MAX_BODY_BYTES", "HTTPError", "ServeSettings", "authorized", "create_app", "error_response", "read_json"]

@@ -1,0 +1,138 @@
+"""What travels between ``capjudge serve`` and its clients: samples and pairs with their images.
+
+A sample or pair on the wire is the input row (``image``, ``caption`` or ``caption_a`` /
+``caption_b``, ``references``, ``id``) with, where the client read the image itself, its bytes in
+``image_b64`` (base64; ``image`` is then only the image's name, as records show it) or the reason it
+could not be read in ``image_error`` (the record then says what a local run says). Without either,
+``image`` is an ``http(s)`` or ``data:`` URL, or a path under the server's ``--images``.
+
+On the server, such an image becomes an :class:`InlineImage` carrying the bytes or the error; the
+records name it by the client's name (what a local run shows).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from capjudge.images import ImageError, ImageLimits, load_image
+
+MAX_ERROR_CHARS = 2000
+"""An ``image_error`` sent by a client is cut to this length."""
+
+ROW_FIELDS = ("image", "caption", "caption_a", "caption_b", "references", "id")
+"""The fields of an input row that travel (others, such as a note, stay with the client)."""
+
+
+class InlineImage(str):
+    """An image sent in the request: its bytes or the error that stopped the client reading it,
+    and its ``name`` (what records show). The ``str`` value is a key of its own (the name and a
+    digest of the content), so that the judge groups equal images sent by different clients and
+    never mistakes one for another image of the same name; :func:`named` puts the name back into
+    the records."""
+
+    name: str
+    data: bytes | None
+    error: str | None
+
+    def __new__(cls, name: str, data: bytes | None = None, error: str | None = None) -> InlineImage:
+        digest = hashlib.sha256(data if data is not None else (error or "").encode("utf-8", "replace")).hexdigest()[:24]
+        obj = super().__new__(cls, f"{INLINE_PREFIX}{'data' if data is not None else 'error'}-{digest}:{name}")
+        obj.name = name
+        obj.data = data
+        obj.error = error
+        return obj
+
+
+INLINE_PREFIX = "inline-"
+
+
+def named(record: dict[str, Any], row: Any) -> dict[str, Any]:
+    """``record`` (a results-file record of ``row``) with the inline image's key replaced by its name."""
+    image = row.get("image") if isinstance(row, dict) else None
+    if not isinstance(image, InlineImage):
+        return record
+    key = str(image)
+    if record.get("image") == key:
+        record["image"] = image.name
+    if isinstance(record.get("error"), str):
+        record["error"] = record["error"].replace(key, image.name)
+    return record
+
+
+class WireError(ValueError):
+    """A request body that is not what the route takes (a 400 naming the field)."""
+
+
+def row_to_wire(row: Mapping[str, Any], index: int, *, images_root: str | Path | None, limits: ImageLimits, confine: bool, send_images: bool = True) -> dict[str, Any]:
+    """The wire form of an input row (a dict as :func:`capjudge.inputcheck.load_items` reads
+    it). ``index`` becomes the ``id`` of a row without one (what a local run's record says). With
+    ``send_images``, a local image is read here (``images_root``, ``confine`` as a local run
+    reads it) and sent as ``image_b64``, or its load error as ``image_error``."""
+    out = {k: row[k] for k in ROW_FIELDS if k in row}
+    if out.get("id") is None:
+        out["id"] = str(index)
+    image = row.get("image")
+    if not send_images or not isinstance(image, (str, Path)):
+        if isinstance(image, Path):
+            out["image"] = str(image)
+        return out
+    text = str(image)
+    if text.startswith(("http://", "https://", "data:")):
+        return out
+    try:
+        loaded = load_image(text, root=images_root, decode=False, limits=limits, confine=confine)
+    except ImageError as exc:
+        out["image_error"] = str(exc)
+        return out
+    out["image"] = text
+    out["image_b64"] = base64.b64encode(loaded.data or b"").decode("ascii")
+    return out
+
+
+def row_from_wire(item: Any, max_image_bytes: int) -> Any:
+    """An input row for the server's judge: ``image_b64`` / ``image_error`` become an
+    :class:`InlineImage`; anything else is passed on as it is (the judge makes the error record of
+    a malformed row, naming it). An image above ``max_image_bytes`` is that row's error."""
+    if not isinstance(item, dict):
+        return item
+    row = {k: item[k] for k in ROW_FIELDS if k in item}
+    if "image_b64" not in item and "image_error" not in item:
+        return row
+    name = row.get("image")
+    name = name if isinstance(name, str) else "<inline image>"
+    error = item.get("image_error")
+    if error is not None:
+        row["image"] = InlineImage(name, error=str(error)[:MAX_ERROR_CHARS])
+        return row
+    b64 = item.get("image_b64")
+    if not isinstance(b64, str):
+        row["image"] = InlineImage(name, error=f"image {name!r}: image_b64 is not a base64 string")
+        return row
+    if len(b64) * 3 // 4 > max_image_bytes + 3:
+        row["image"] = InlineImage(name, error=f"image {name!r} is over the server's size cap of {max_image_bytes:,} bytes: refused")
+        return row
+    try:
+        data = base64.b64decode(b64, validate=True)
+    except (binascii.Error, ValueError):
+        row["image"] = InlineImage(name, error=f"image {name!r}: image_b64 is not valid base64")
+        return row
+    row["image"] = InlineImage(name, data=data)
+    return row
+
+
+def items_of(body: Any, field: str) -> list[Any]:
+    """The list ``body[field]`` of a request body (a :class:`WireError` otherwise)."""
+    if not isinstance(body, dict):
+        raise WireError("the request body must be a JSON object")
+    items = body.get(field)
+    if not isinstance(items, list):
+        raise WireError(f"the request body must have {field!r}: a list")
+    return items
+
+
+__all__ = ["INLINE_PREFIX", "InlineImage", "ROW_FIELDS", "WireError", "items_of", "named", "row_from_wire", "row_to_wire"]
