@@ -485,3 +485,32 @@ def test_a_server_refusing_the_penalty_fields_is_asked_again_without(tmp_path: P
         assert main(argv) == EXIT_OK
         assert len(server.batches) == 2 and chat_calls(server) == 0
     assert {r["id"]: comparable(r) for r in read(out)} == expected
+
+
+def _detailed_answers(req: Received) -> Any:
+    from openai_fake_server import Reply, chat_body
+
+    text = req.prompt_text()
+    if "Propositions:" in text:  # CapMAS factuality, step 2: the verdicts
+        return Reply(body=chat_body("1. True\n2. False\n3. True"))
+    if "candidate" in text.lower():  # CLAIR
+        return Reply(body=chat_body('{"score": 70, "reason": "close"}'))
+    return Reply(body=chat_body("1. There is a cat.\n2. The cat sleeps.\n3. It is day."))  # step 1: the propositions
+
+
+@pytest.mark.parametrize(("method", "lines"), [("clair", [4]), ("capmas-factuality", [4, 2])])
+def test_step_methods_run_in_rounds(method: str, lines: list[int], tmp_path: Path) -> None:
+    """A method of steps per caption (CapMAS: decompose, then verify) runs one batch per step, and its
+    records equal an online run's."""
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"s{i}", "image": ("cats.jpg", "dog.jpg")[i % 2], "caption": f"A cat. It sleeps {i}.", "references": ["a cat on a bed"]}) + "\n" for i in range(4)))
+    expected = {r["id"]: comparable(r) for r in online_records(inp, tmp_path, method=method, responder=_detailed_answers)}
+    assert all(r["status"] == "ok" for r in expected.values())
+    out = tmp_path / "b.jsonl"
+    with running_server(responder=_detailed_answers) as server:
+        assert main(command(server, inp, out, tmp_path / "cache", "--batch", "--wait", "--poll-interval", "0.05", method=method)) == EXIT_OK
+        assert chat_calls(server) == 0
+        # One batch per step. The served decomposition is the same for every caption, so the
+        # verifications of one image (same propositions, reference and image) are one line.
+        assert [b["request_counts"]["total"] for b in server.batches.values()] == lines
+    assert {r["id"]: comparable(r) for r in read(out)} == expected
