@@ -12,6 +12,10 @@ import base64
 import http.server
 import inspect
 import logging
+import os
+import re
+import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -342,3 +346,19 @@ def test_one_image_group_per_image_on_hf(tiny_llava_dir: Path) -> None:
             assert got == pytest.approx(one.score, abs=1e-5)
     assert sum(x is not None for x in out) >= 4
     backend.close()
+
+
+# ----------------------------------------------------------------------------- README
+def test_readme_example_runs_as_printed() -> None:
+    """README "Use it as a reward": the block without a model runs from the repository root and
+    prints what its comment says."""
+    root = Path(__file__).resolve().parents[1]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    section = readme.split("## Use it as a reward", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"\.venv/bin/python - <<'EOF'\n(.*?)\nEOF\n", section, re.S)
+    assert code is not None
+    expected = re.search(r"#\s*(\[.*\])\s*$", code.group(1), re.M)
+    assert expected is not None
+    done = subprocess.run([sys.executable, "-c", code.group(1)], cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root / "src")})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip() == expected.group(1)

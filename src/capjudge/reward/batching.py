@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import threading
 from collections.abc import Callable, Sequence
 from typing import Any, Generic, TypeVar
@@ -94,10 +95,8 @@ def _deliver(future: asyncio.Future[Any], outcome: Any) -> None:
         else:
             future.set_result(outcome)
 
-    try:
+    with contextlib.suppress(RuntimeError):  # the caller's loop is closed: nobody is waiting any more
         future.get_loop().call_soon_threadsafe(settle)
-    except RuntimeError:  # the caller's loop is closed: nobody is waiting any more
-        pass
 
 
 __all__ = ["CallBatcher"]

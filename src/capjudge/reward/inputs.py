@@ -112,6 +112,7 @@ def build_samples(
     for i, completion in enumerate(completions):
         text = completion_text(completion)
         if not isinstance(text, Skip) and caption_from is not None:
+            picked: str | Skip | None
             try:
                 picked = caption_from(text)
             except Exception as exc:  # noqa: BLE001 - a user function failing on one completion
