@@ -68,7 +68,8 @@ class CaptionReward:
         self.__name__ = name or _default_name(judge)
         """The name TRL logs the reward under (``rewards/<name>/mean``)."""
         self._owns_judge = owns_judge
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # one judge call at a time
+        self._causes_lock = threading.Lock()  # apart: the async form notes causes while a batch runs
         self._causes: set[str] = set()
 
     # ------------------------------------------------------------------ the call
@@ -129,7 +130,7 @@ class CaptionReward:
     def _note(self, cause: str) -> None:
         """Log a cause of a ``None`` reward the first time it is seen (secrets scrubbed)."""
         key = _SAMPLE_PREFIX.sub("", stable(str(cause)))
-        with self._lock:
+        with self._causes_lock:
             if key in self._causes or len(self._causes) >= _MAX_CAUSES:
                 return
             self._causes.add(key)
