@@ -12,7 +12,8 @@ in turn, so that a noisy stretch slows all of them alike):
                (``bench_judge.Floor``: the fastest of a padded batch, one by one, or packed), summed
                over the B images;
 
-and the ratios a/c (the target: within 1.3x) and b/a (the speed-up of grouping).
+and the ratios a/c (the target: within 1.3x) and b/a (the speed-up of grouping); also the
+reward's own cost: a over ``Judge.score_many`` on the same samples (``ratio_to_judge``).
 
 CPU (default): the tiny random LLaVA-1.5 of ``bench_judge.py`` at a size where compute dominates
 (hidden 512, 8 layers, 576 image tokens, a ~2000-token vocabulary: prompt lengths close to
@@ -99,6 +100,13 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     def one_by_one() -> list[float | None]:
         return [x for c, i in zip(completions, column) for x in reward(prompts=[PROMPT], completions=[c], image=[i])]
 
+    from capjudge import Sample
+
+    samples = [Sample(i, c) for c, i in zip(completions, column)]
+
+    def judge_alone() -> list[Any]:
+        return list(judge.score_many(samples))
+
     floors = [Floor(backend, judge, p, group) for p, group in zip(pics, caps)]
 
     def floor_of(kind: str) -> Callable[[], None]:
@@ -117,7 +125,7 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     stats.reset()
     grouped()
     prefix_passes = stats.prefix_forwards
-    fns = {"reward": grouped, "one_by_one": one_by_one, "floor_batched": floor_of("batched"), "floor_one_by_one": floor_of("one_by_one"), "floor_packed": floor_of("packed")}
+    fns = {"reward": grouped, "judge": judge_alone, "one_by_one": one_by_one, "floor_batched": floor_of("batched"), "floor_one_by_one": floor_of("one_by_one"), "floor_packed": floor_of("packed")}
     med = interleaved_medians(fns, args.reps, torch, cuda)
     t_floor = min(med["floor_batched"], med["floor_one_by_one"], med["floor_packed"])
     backend.close()
@@ -128,7 +136,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "one_by_one_s_per_completion": med["one_by_one"] / n,
         "floor_s_per_completion": t_floor / n,
         "floor_variants_s_per_completion": {k.removeprefix("floor_"): v / n for k, v in med.items() if k.startswith("floor_")},
+        "judge_s_per_completion": med["judge"] / n,
         "ratio_to_floor": med["reward"] / t_floor,
+        "ratio_to_judge": med["reward"] / med["judge"],
         "speedup_vs_one_by_one": med["one_by_one"] / med["reward"],
         "prefix_passes_per_call": prefix_passes,
         "prefix_tokens": statistics.median(f.p for f in floors),
@@ -163,11 +173,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     shape = "LLaVA-1.5-7B shapes, random weights, float16" if args.device.startswith("cuda") else f"tiny LLaVA, hidden {args.hidden}, {args.layers or 8} layers, {args.heads} heads, float32"
     print(f"\nFLEUR reward, B={row['b']} images x G={row['g']} completions per call, {row['image_tokens']} image tokens, "
           f"{row['prefix_tokens']:.0f} prefix + {row['suffix_tokens']:.0f} suffix tokens; {shape}; {where}; median of {args.reps}")
-    print("| B x G | reward s/completion (a) | one by one s/completion (b) | floor s/completion (c) | a/c | b/a | prefix passes per call | scored |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| B x G | reward s/completion (a) | one by one s/completion (b) | floor s/completion (c) | a/c | b/a | a / Judge.score_many | prefix passes per call | scored |")
+    print("|---|---|---|---|---|---|---|---|---|")
     print(
         f"| {row['b']} x {row['g']} | {row['reward_s_per_completion']:.4f} | {row['one_by_one_s_per_completion']:.4f} | {row['floor_s_per_completion']:.4f} | "
-        f"{row['ratio_to_floor']:.2f} | {row['speedup_vs_one_by_one']:.2f} | {row['prefix_passes_per_call']} | {row['scored']} |"
+        f"{row['ratio_to_floor']:.2f} | {row['speedup_vs_one_by_one']:.2f} | {row['ratio_to_judge']:.2f} | {row['prefix_passes_per_call']} | {row['scored']} |"
     )
     print(f"({time.perf_counter() - t0:.0f} s in all)", file=sys.stderr)
     if args.json:
