@@ -1,6 +1,6 @@
 # Two commands set up everything on a fresh machine:
 #   make demo   create .venv, install capjudge with the HF backend, run the demo on the bundled examples
-#   make test   install everything (HF, llama.cpp, Ray, dev tools, the vLLM CPU venv the vLLM server
+#   make test   install everything (HF, llama.cpp, Ray, TRL, dev tools, the vLLM CPU venv the vLLM server
 #               tests start their server from) and run ruff, mypy and the test suite
 PYTHON ?= python3
 VENV   ?= .venv
@@ -30,7 +30,7 @@ $(VENV)/.stamp-hf: pyproject.toml tools/torchvision_shim.py | $(PY)
 	touch $@
 
 $(VENV)/.stamp-dev: pyproject.toml $(VENV)/.stamp-hf
-	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet $(TORCH_SPEC) -e '.[hf,llamacpp,ray,serve,dev]'
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(PY) -m pip install --quiet $(TORCH_SPEC) -e '.[hf,llamacpp,ray,serve,rl,dev]'
 	touch $@
 
 # Where the only torchvision that matches torch is a CUDA build whose compiled ops cannot load

@@ -4,6 +4,7 @@ any log line."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import subprocess
@@ -251,3 +252,27 @@ def test_score_remote_on_the_tiny_hf_judge_writes_what_a_local_run_writes(tiny_l
     with serving(judge=ServedJudge("fleur", spec, images_root=IMAGES)) as srv:
         assert _score("--remote", srv.url, "--out", str(remote)) == 0
     assert remote.read_bytes() == local.read_bytes()
+
+
+def test_make_reward_remote_asks_the_served_judge(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`make_reward(remote=URL)`: TRL's call through `capjudge serve`, the same rewards as a local
+    reward of the same judge; a bad image is None; a method other than the served one is refused."""
+    from capjudge.reward import make_async_reward, make_reward
+
+    monkeypatch.setenv("CAPJUDGE_TOKEN", TOKEN)
+    call = {"prompts": ["Describe."] * 3, "completions": ["two cats on a bed", "a dog", "cats"], "image": ["cats.jpg", "dog.jpg", "missing.jpg"], "trainer_state": None}
+    local = make_reward("vanilla", f"scripted:{ANSWER}", images_root=IMAGES)
+    want = local(**call)
+    assert want == [0.85, 0.85, None]
+    with serving(token=TOKEN) as srv:
+        reward = make_reward(remote=srv.url, images_root=IMAGES)
+        assert reward(**call) == want
+        assert reward.__name__ == "capjudge_vanilla"
+        reward.close()
+        areward = make_async_reward(remote=srv.url, images_root=IMAGES)
+        assert asyncio.run(areward(**call)) == want
+        areward.close()
+        with pytest.raises(ValueError, match="serves 'vanilla', not 'fleur'"):
+            make_reward("fleur", remote=srv.url)
+        with pytest.raises(ValueError, match="remote= is a judge server"):
+            make_reward(backend="scripted:1", remote=srv.url)
