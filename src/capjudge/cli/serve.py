@@ -11,6 +11,7 @@ backend are the server's, so the options that choose them are refused.
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 from typing import Any
 
@@ -44,6 +45,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     token = token_from(args.token)
     check_binding(args.host, token)
+    if token is None:  # loopback only, but open to every local user and process
+        logging.getLogger("capjudge.serve").warning(
+            "serving without a token: any process on this machine can use the judge; set $CAPJUDGE_TOKEN (or --token) to require one"
+        )
     if args.max_wait_ms < 0:
         raise UsageError(f"--max-wait-ms must be 0 or more, got {args.max_wait_ms:g}")
     try:
