@@ -3,16 +3,20 @@
 Three phases on the tiny random HF LLaVA (built into a temporary folder; CPU unless ``--device``):
 
 (a) in-process: ``Judge(method, backend, batch_size=B).score_many`` on N samples (the captions of
-    the two example images);
+    the two example images; the judge packs each image's whole group of N/2 in one batch), and
+    the same judge at batch size B exactly (the rows by image, B at a time: one prefix per batch);
 (b) served: ``capjudge serve --max-batch B`` in its own process, and ``--clients`` (64) concurrent
-    clients in this one (asyncio + httpx), each sending one sample per request until N are judged;
-    throughput, and the latency of each request (p50, p99);
+    clients in this one, each sending one sample per request until N are judged; throughput, and
+    the latency of each request (p50, p99). The clients are a minimal keep-alive HTTP/1.1 load
+    generator on asyncio streams (``--client httpx``: ``httpx.AsyncClient``, ~5 ms of CPU per
+    request on the build machine, taken from the cores the server runs on);
 (c) overload: a server with a small ``--max-queue`` and ``--overload-clients`` clients sending
     without waiting: how many 200s, 429s and anything else (a 5xx or a dropped connection would be a
     failure), and the server's resident memory before, at its peak and after.
 
-It prints the ratio served / in-process throughput (the target is at least 0.8) with p50 and p99.
-Both sides first judge the N samples once (warm-up: the model loaded, every batch shape seen), then
+It prints the ratios served / in-process throughput (the target is at least 0.8) with p50 and p99,
+the CPU milliseconds per sample of each side, and the load average of the shared machine. Both
+sides first judge the N samples once (warm-up: the model loaded, every batch shape seen), then
 rounds alternate (a) and (b) ``--reps`` times; the medians are reported.
 
     python benchmarks/bench_serve.py                    # N = 256, 64 clients, B = 16
@@ -54,13 +58,26 @@ def samples(n: int) -> list[dict[str, Any]]:
     return out
 
 
-def in_process(judge: Any, rows: list[dict[str, Any]]) -> float:
-    """Seconds to judge ``rows`` with a Judge in this process."""
-    t0 = time.perf_counter()
+def in_process(judge: Any, rows: list[dict[str, Any]]) -> tuple[float, float]:
+    """Seconds to judge ``rows`` with a Judge in this process, and the CPU seconds it took."""
+    c0, t0 = time.process_time(), time.perf_counter()
     results = list(judge.score_many(rows))
     seconds = time.perf_counter() - t0
     assert len(results) == len(rows)
-    return seconds
+    return seconds, time.process_time() - c0
+
+
+def in_process_batches(judge: Any, rows: list[dict[str, Any]], size: int) -> tuple[float, float]:
+    """As :func:`in_process`, at batch size ``size`` exactly: the rows sorted by image and given
+    to ``score_many`` ``size`` at a time (every batch one image's captions: one prefix each).
+    ``score_many`` on all the rows at once packs each image's whole group into one batch (64
+    captions here, whatever ``batch_size``), which no server seeing one row per request can."""
+    ordered = sorted(rows, key=lambda row: str(row["image"]))
+    c0, t0 = time.process_time(), time.perf_counter()
+    results = [r for k in range(0, len(ordered), size) for r in judge.score_many(ordered[k : k + size])]
+    seconds = time.perf_counter() - t0
+    assert len(results) == len(rows)
+    return seconds, time.process_time() - c0
 
 
 def batch_stats(url: str) -> dict[str, float]:
@@ -95,6 +112,11 @@ class Server:
                 raise RuntimeError(f"the server did not start: {self.proc.stderr.read().decode() if self.proc.stderr else ''}")
             time.sleep(0.2)
 
+    def cpu_seconds(self) -> float:
+        """CPU seconds (user + system) the server process has used so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def rss_mib(self) -> float:
         """The server's resident memory (MiB)."""
         for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
@@ -107,6 +129,60 @@ class Server:
 
         self.proc.send_signal(signal.SIGTERM)
         return self.proc.wait(120)
+
+
+async def raw_post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, request: bytes) -> tuple[int, dict[str, str]]:
+    """Send one pre-encoded HTTP/1.1 request on a keep-alive connection; (status, headers)."""
+    writer.write(request)
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:] if line)}
+    await reader.readexactly(int(headers.get("content-length", "0")))
+    return status, headers
+
+
+async def raw_clients(url: str, rows: list[dict[str, Any]], n_clients: int, *, retry: bool) -> tuple[float, list[float], dict[int, int]]:
+    """As :func:`clients`, with a minimal load generator: one keep-alive connection per client
+    (asyncio streams) and the request bodies encoded before the clock starts, so that the
+    clients' own CPU (they share the server's cores here) is small."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    requests = []
+    for row in rows:
+        body = json.dumps({"samples": [row]}).encode()
+        requests.append(f"POST /v1/score HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    todo = list(reversed(requests))
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+
+    async def one() -> None:
+        conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        try:
+            while todo:
+                request = todo.pop()
+                while True:
+                    t0 = time.perf_counter()
+                    headers: dict[str, str] = {}
+                    try:
+                        if conn is None:
+                            conn = await asyncio.open_connection(host, int(port))
+                        status, headers = await raw_post(*conn, request)
+                    except (OSError, asyncio.IncompleteReadError, ValueError):
+                        status, conn = -1, None
+                    statuses[status] = statuses.get(status, 0) + 1
+                    if status == 200:
+                        latencies.append(time.perf_counter() - t0)
+                        break
+                    if not retry:
+                        break
+                    await asyncio.sleep(float(headers.get("retry-after", "1")) if status == 429 else 0.5)
+        finally:
+            if conn is not None:
+                conn[1].close()
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(one() for _ in range(n_clients)))
+    return time.perf_counter() - t0, latencies, statuses
 
 
 async def clients(url: str, rows: list[dict[str, Any]], n_clients: int, *, retry: bool) -> tuple[float, list[float], dict[int, int]]:
@@ -143,6 +219,11 @@ async def clients(url: str, rows: list[dict[str, Any]], n_clients: int, *, retry
         return time.perf_counter() - t0, latencies, statuses
 
 
+def loadavg() -> float:
+    """The machine's 1-minute load average (how busy the shared cores were)."""
+    return float(Path("/proc/loadavg").read_text().split()[0])
+
+
 def percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else float("nan")
@@ -160,6 +241,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--overload-clients", type=int, default=256)
     parser.add_argument("--overload-queue", type=int, default=32)
+    parser.add_argument("--client", choices=("raw", "httpx"), default="raw", help="load generator: raw (asyncio streams, bodies encoded ahead; default) or httpx.AsyncClient")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -172,7 +254,11 @@ def main() -> None:
         rows = samples(args.n)
         server = Server(spec, args.method, free_port(), "--max-batch", str(args.batch), "--max-wait-ms", str(args.max_wait_ms), "--max-queue", str(max(args.n, 1024)), "--max-new-tokens", str(args.max_new_tokens))
         local_s: list[float] = []
+        batched_s: list[float] = []
         served_s: list[float] = []
+        local_cpu = server_cpu = client_cpu = 0.0
+        load = loadavg()
+        run_clients = raw_clients if args.client == "raw" else clients
         lat: list[float] = []
         from capjudge.judges.judge import Judge
 
@@ -180,11 +266,18 @@ def main() -> None:
         try:
             # Warm-up, both sides: the model loaded, every batch shape seen once.
             in_process(judge, rows)
-            asyncio.run(clients(server.url, rows, args.clients, retry=True))
+            in_process_batches(judge, rows, args.batch)
+            asyncio.run(run_clients(server.url, rows, args.clients, retry=True))
             warm = batch_stats(server.url)
-            for _ in range(args.reps):
-                local_s.append(in_process(judge, rows))
-                seconds, latencies, statuses = asyncio.run(clients(server.url, rows, args.clients, retry=True))
+            for _ in range(args.reps):  # interleaved: a load change on the shared machine hits both
+                seconds, cpu = in_process(judge, rows)
+                local_s.append(seconds)
+                local_cpu += cpu
+                batched_s.append(in_process_batches(judge, rows, args.batch)[0])
+                c0, s0 = time.process_time(), server.cpu_seconds()
+                seconds, latencies, statuses = asyncio.run(run_clients(server.url, rows, args.clients, retry=True))
+                client_cpu += time.process_time() - c0
+                server_cpu += server.cpu_seconds() - s0
                 assert statuses.get(200) == len(rows), statuses
                 served_s.append(seconds)
                 lat.extend(latencies)
@@ -206,12 +299,12 @@ def main() -> None:
                 time.sleep(0.05)
 
         try:
-            asyncio.run(clients(over.url, rows[: args.batch], 4, retry=True))  # model loaded
+            asyncio.run(run_clients(over.url, rows[: args.batch], 4, retry=True))  # model loaded
             before = over.rss_mib()
             watcher = threading.Thread(target=watch, daemon=True)
             watcher.start()
             overload_rows = samples(args.overload_clients * 4)
-            o_seconds, _, o_statuses = asyncio.run(clients(over.url, overload_rows, args.overload_clients, retry=False))
+            o_seconds, _, o_statuses = asyncio.run(run_clients(over.url, overload_rows, args.overload_clients, retry=False))
             stop.set()
             watcher.join()
             after = over.rss_mib()
@@ -221,20 +314,35 @@ def main() -> None:
 
     local_tp = args.n / statistics.median(local_s)
     served_tp = args.n / statistics.median(served_s)
+    batched_tp = args.n / statistics.median(batched_s)
     report = {
         "machine": cpu_name(),
+        "cores": os.cpu_count(),
+        "load_average_1m_before": load,
+        "load_average_1m_after": loadavg(),
+        "client": args.client,
         "n": args.n,
         "clients": args.clients,
         "batch": args.batch,
         "method": args.method,
         "max_new_tokens": args.max_new_tokens,
         "in_process_samples_per_s": round(local_tp, 2),
+        "in_process_batch_b_samples_per_s": round(batched_tp, 2),
         "served_samples_per_s": round(served_tp, 2),
         "ratio_served_over_in_process": round(served_tp / local_tp, 3),
+        "ratio_served_over_in_process_batch_b": round(served_tp / batched_tp, 3),
         "served_batches": batches,
         "served_mean_batch": round(args.n * args.reps / batches, 2) if batches else 0.0,
         "served_judge_busy_share": round(judge_seconds / sum(served_s), 3),
         "served_judge_samples_per_s": round(args.n * args.reps / judge_seconds, 2) if judge_seconds else 0.0,
+        "in_process_seconds": [round(x, 3) for x in local_s],
+        "in_process_batch_b_seconds": [round(x, 3) for x in batched_s],
+        "served_seconds": [round(x, 3) for x in served_s],
+        "cpu_ms_per_sample": {
+            "in_process": round(1000 * local_cpu / (args.n * args.reps), 2),
+            "server": round(1000 * server_cpu / (args.n * args.reps), 2),
+            "clients": round(1000 * client_cpu / (args.n * args.reps), 2),
+        },
         "latency_p50_s": round(percentile(lat, 0.5), 3),
         "latency_p99_s": round(percentile(lat, 0.99), 3),
         "overload": {
@@ -252,7 +360,9 @@ def main() -> None:
     }
     if not args.json:
         print(f"machine: {report['machine']}")
-        print(f"in-process: {local_tp:.1f} samples/s   served ({args.clients} clients): {served_tp:.1f} samples/s   ratio {served_tp / local_tp:.2f}")
+        print(f"in-process (all rows at once): {local_tp:.1f} samples/s   in-process (batches of {args.batch}, one image each): {batched_tp:.1f} samples/s")
+        print(f"served ({args.clients} clients): {served_tp:.1f} samples/s   ratio {served_tp / local_tp:.2f} (all at once), {served_tp / batched_tp:.2f} (batches of {args.batch})")
+        print(f"CPU ms per sample: {report['cpu_ms_per_sample']}   load average {load} -> {report['load_average_1m_after']} on {os.cpu_count()} cores")
         print(f"latency p50 {report['latency_p50_s']} s   p99 {report['latency_p99_s']} s")
         print(f"overload: {report['overload']}")
     print(json.dumps(report))

@@ -146,6 +146,27 @@ def test_concurrent_requests_go_to_the_backend_together_grouped_by_image() -> No
     assert "capjudge_request_seconds" in families and "capjudge_queue_depth" in families
 
 
+def test_an_images_queued_rows_stay_in_one_batch_past_max_batch_as_a_local_run_packs_them() -> None:
+    gate = Gate()
+    with serving(gate, max_batch=4, max_wait_ms=0) as srv, ThreadPoolExecutor(10) as pool:
+        first = pool.submit(httpx.post, f"{srv.url}/v1/score", json={"samples": [_sample(0, image="dog.jpg")]}, timeout=60)
+        assert gate.entered.wait(30)
+        # Queued while the worker is busy: six one-row requests of cats.jpg, two of dog.jpg, interleaved.
+        images = ["cats.jpg", "dog.jpg", "cats.jpg", "cats.jpg", "dog.jpg", "cats.jpg", "cats.jpg", "cats.jpg"]
+        later = []
+        for k, image in enumerate(images):
+            later.append(pool.submit(httpx.post, f"{srv.url}/v1/score", json={"samples": [_sample(10 + k, image=image)]}, timeout=60))
+            while _queued(srv) < k + 1:
+                threading.Event().wait(0.01)
+        gate.open()
+        assert first.result().status_code == 200
+        assert all(f.result().status_code == 200 for f in later)
+    # The oldest queued request is of cats.jpg: its six rows go together (one prefix), past
+    # max_batch = 4, as Judge(batch_size=4).score_many packs a group of six; then dog.jpg's two.
+    assert srv.backend.batches == [1, 6, 2]
+    assert [req.images[0].label for req in srv.backend.calls[1:7]] == ["cats.jpg"] * 6
+
+
 def test_compare_and_reward_routes() -> None:
     pairs = [{"id": "p1", "image": "cats.jpg", "caption_a": "two cats", "caption_b": "a dog"}, {"id": "p2", "image": "dog.jpg", "caption_a": "a dog", "caption_b": "a cat"}]
     with serving("Caption A is better. [[A]]", method="gpt4v-pairwise") as srv:

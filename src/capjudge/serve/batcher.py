@@ -1,7 +1,9 @@
 """Requests arriving together, judged together: one worker thread per judge.
 
 The worker takes the requests waiting in the queue (at least one; more until ``max_batch`` rows
-or ``max_wait_ms`` after the first arrived; those of the first one's image first), hands their rows to the judge's stream API in one call
+or ``max_wait_ms`` after the first arrived): every queued request of the first one's image (an
+image's group stays whole, past ``max_batch`` if need be, as the judge packs a local run's groups),
+then others in order of arrival up to ``max_batch`` rows. It hands their rows to the judge's stream API in one call
 (the judge groups them by image, so captions of one image share its prefix whichever client sent
 them), and resolves each request's future when its last record is made. The queue is bounded by
 rows: a request that would overflow it is refused (:class:`QueueFull`, answered 429 with
@@ -139,17 +141,29 @@ class Batcher:
             taken: list[Job] = []
             rows = 0
             # The first job's image first, whatever the order of arrival: a batch of one image
-            # computes its prefix once (local backends); then the rest in order of arrival.
+            # computes its prefix once (local backends). Every queued request of that image goes
+            # in, past max_batch if need be: the judge keeps an image's group whole in one batch
+            # (a larger group alone), as a local run of the same rows does. Then the other
+            # requests in order of arrival, up to max_batch rows.
             image = image_of(first)
             candidates = [job for job in self._queue if (job.kind, job.mode) == (first.kind, first.mode)]
-            candidates.sort(key=lambda job: image_of(job) != image)
             for job in candidates:
-                if taken and rows + len(job.rows) > self.max_batch:
+                if image is not None and image_of(job) == image:
+                    taken.append(job)
+                    rows += len(job.rows)
+            if not taken:
+                taken.append(first)
+                rows += len(first.rows)
+            chosen = {id(job) for job in taken}
+            for job in candidates:
+                if id(job) in chosen:
+                    continue
+                if rows + len(job.rows) > self.max_batch:
                     break
                 taken.append(job)
                 rows += len(job.rows)
-            for job in taken:
-                self._queue.remove(job)
+            chosen = {id(job) for job in taken}
+            self._queue = deque(job for job in self._queue if id(job) not in chosen)
             self._queued_rows -= rows
             self.metrics.queue_depth.set(self._queued_rows)
             return taken
