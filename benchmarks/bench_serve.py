@@ -94,7 +94,7 @@ class Server:
     """``capjudge serve`` in a process of its own."""
 
     def __init__(self, spec: str, method: str, port: int, *extra: str) -> None:
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT / "src"), os.environ.get("PYTHONPATH")) if p)}  # keep the caller's path
         env.pop("CAPJUDGE_TOKEN", None)
         self.url = f"http://127.0.0.1:{port}"
         cmd = [sys.executable, "-m", "capjudge.cli", "serve", "--method", method, "--backend", spec, "--images", str(IMAGES), "--no-cache", "--port", str(port), "--quiet", *extra]
