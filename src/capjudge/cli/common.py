@@ -184,13 +184,11 @@ def preflight(
             check_output(path, inputs=sources, what=flag)
             if flag != "--out" and out is not None and Path(path).resolve() == Path(out).resolve():
                 raise UsageError(f"{flag} {path!r} is the --out results file: write the report elsewhere")
-    if getattr(args, "remote", None) is not None:  # the server checked its backend
-        if getattr(args, "backends", None) or getattr(args, "panel", None):
-            raise UsageError("--remote: the server chose the judge; --backend / --panel cannot be given with it")
-    elif hasattr(args, "backends") and panel_args(args) is not None:  # a panel: every judge checked
-        check_panel(args, parse_options(args.backend_opt))
-    else:
-        check_backend(args.backend, backend_options(args))
+    if getattr(args, "remote", None) is None:  # with --remote the server checked its backend
+        if hasattr(args, "backends") and panel_args(args) is not None:  # a panel: every judge checked
+            check_panel(args, parse_options(args.backend_opt))
+        else:
+            check_backend(args.backend, backend_options(args))
     # Last, so that a mistake in the options is named first: what an existing output holds.
     for flag, path in [("--out", out), *reports]:
         kind = out_kind if flag == "--out" else (report_kinds or {}).get(flag, "html" if flag == "--html" else None)

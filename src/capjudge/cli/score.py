@@ -63,10 +63,10 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.limit is not None:
         rows = rows[: args.limit]
     _check_ray_args(args)
-    tally = RunTally(method=method.name, smoothing=bool(method.smoothing))
     t0 = time.perf_counter()
     with (remote_judge(args) if args.remote else make_judge(args, method)) as judge, _score_stream(args, judge, method) as stream:
-        tally.smoothing = bool(judge.method.reads_logprobs)  # the options applied (score=expected)
+        # The judge's method has its options applied: score=expected reads log-probabilities too.
+        tally = RunTally(method=method.name, smoothing=bool(judge.method.reads_logprobs))
         # What every record of this run says about how it was made (as bad_row_result writes it).
         fields = {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash}
         plan = resume_plan(args.out, rows, score_key, fields, overwrite=args.overwrite, retry_errors=args.retry_errors, options=judge.method.options)
