@@ -142,33 +142,26 @@ async def raw_post(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, r
     return status, headers
 
 
-async def raw_clients(url: str, rows: list[dict[str, Any]], n_clients: int, *, retry: bool) -> tuple[float, list[float], dict[int, int]]:
-    """As :func:`clients`, with a minimal load generator: one keep-alive connection per client
-    (asyncio streams) and the request bodies encoded before the clock starts, so that the
-    clients' own CPU (they share the server's cores here) is small."""
-    host, _, port = url.removeprefix("http://").partition(":")
-    requests = []
-    for row in rows:
-        body = json.dumps({"samples": [row]}).encode()
-        requests.append(f"POST /v1/score HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
-    todo = list(reversed(requests))
+Stats = tuple[float, list[float], dict[int, int]]
+
+
+async def drive(items: list[Any], n_clients: int, poster: Any, *, retry: bool) -> Stats:
+    """``n_clients`` concurrent clients, each taking the next item and sending it in one request
+    until none is left (after a 429, again after its Retry-After when ``retry``): (seconds,
+    latencies of the answered requests, count by status; -1 for a connection error). ``poster()``
+    gives each client its own ``post(item) -> (status, headers)`` and ``close()``."""
+    todo = list(reversed(items))
     latencies: list[float] = []
     statuses: dict[int, int] = {}
 
     async def one() -> None:
-        conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+        post = poster()
         try:
             while todo:
-                request = todo.pop()
+                item = todo.pop()
                 while True:
                     t0 = time.perf_counter()
-                    headers: dict[str, str] = {}
-                    try:
-                        if conn is None:
-                            conn = await asyncio.open_connection(host, int(port))
-                        status, headers = await raw_post(*conn, request)
-                    except (OSError, asyncio.IncompleteReadError, ValueError):
-                        status, conn = -1, None
+                    status, headers = await post.post(item)
                     statuses[status] = statuses.get(status, 0) + 1
                     if status == 200:
                         latencies.append(time.perf_counter() - t0)
@@ -177,46 +170,67 @@ async def raw_clients(url: str, rows: list[dict[str, Any]], n_clients: int, *, r
                         break
                     await asyncio.sleep(float(headers.get("retry-after", "1")) if status == 429 else 0.5)
         finally:
-            if conn is not None:
-                conn[1].close()
+            post.close()
 
     t0 = time.perf_counter()
     await asyncio.gather(*(one() for _ in range(n_clients)))
     return time.perf_counter() - t0, latencies, statuses
 
 
-async def clients(url: str, rows: list[dict[str, Any]], n_clients: int, *, retry: bool) -> tuple[float, list[float], dict[int, int]]:
-    """``n_clients`` concurrent clients sending one row per request: (seconds, latencies of the
-    answered requests, count by status; -1 for a connection error)."""
+class RawPoster:
+    """One keep-alive connection (asyncio streams), opened at the first request and again after an
+    error; requests are pre-encoded bytes."""
+
+    def __init__(self, host: str, port: int) -> None:
+        self.host, self.port = host, port
+        self.conn: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
+
+    async def post(self, request: bytes) -> tuple[int, dict[str, str]]:
+        try:
+            if self.conn is None:
+                self.conn = await asyncio.open_connection(self.host, self.port)
+            return await raw_post(*self.conn, request)
+        except (OSError, asyncio.IncompleteReadError, ValueError):
+            self.conn = None
+            return -1, {}
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn[1].close()
+
+
+async def raw_clients(url: str, rows: list[dict[str, Any]], n_clients: int, *, retry: bool) -> Stats:
+    """As :func:`clients`, with a minimal load generator: one keep-alive connection per client
+    (asyncio streams) and the request bodies encoded before the clock starts, so that the
+    clients' own CPU (they share the server's cores here) is small."""
+    host, _, port = url.removeprefix("http://").partition(":")
+    requests = []
+    for row in rows:
+        body = json.dumps({"samples": [row]}).encode()
+        requests.append(f"POST /v1/score HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode() + body)
+    return await drive(requests, n_clients, lambda: RawPoster(host, int(port)), retry=retry)
+
+
+async def clients(url: str, rows: list[dict[str, Any]], n_clients: int, *, retry: bool) -> Stats:
+    """``n_clients`` concurrent clients sending one row per request (``httpx.AsyncClient``):
+    (seconds, latencies of the answered requests, count by status; -1 for a connection error)."""
     import httpx
 
-    todo = list(reversed(rows))
-    latencies: list[float] = []
-    statuses: dict[int, int] = {}
     limits = httpx.Limits(max_connections=n_clients, max_keepalive_connections=n_clients)
     async with httpx.AsyncClient(base_url=url, timeout=600, limits=limits) as client:
 
-        async def one() -> None:
-            while todo:
-                row = todo.pop()
-                while True:
-                    t0 = time.perf_counter()
-                    try:
-                        r = await client.post("/v1/score", json={"samples": [row]})
-                        status = r.status_code
-                    except httpx.HTTPError:
-                        status = -1
-                    statuses[status] = statuses.get(status, 0) + 1
-                    if status == 200:
-                        latencies.append(time.perf_counter() - t0)
-                        break
-                    if not retry:
-                        break
-                    await asyncio.sleep(float(r.headers.get("retry-after", "1")) if status == 429 else 0.5)
+        class HttpxPoster:
+            async def post(self, row: dict[str, Any]) -> tuple[int, dict[str, str]]:
+                try:
+                    r = await client.post("/v1/score", json={"samples": [row]})
+                except httpx.HTTPError:
+                    return -1, {}
+                return r.status_code, dict(r.headers)
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(one() for _ in range(n_clients)))
-        return time.perf_counter() - t0, latencies, statuses
+            def close(self) -> None:
+                pass  # the shared client closes with the block
+
+        return await drive(rows, n_clients, HttpxPoster, retry=retry)
 
 
 def loadavg() -> float:
