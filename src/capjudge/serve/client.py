@@ -173,9 +173,10 @@ class RemoteJudge:
 
     def _wire(self, rows: list[Any], start: int) -> list[Any]:
         out = []
+        read: dict[str, dict[str, str]] = {}  # each image of this request read and encoded once
         for k, row in enumerate(rows):
             if isinstance(row, dict):
-                out.append(row_to_wire(row, start + k, images_root=self.images_root, limits=self.image_limits, confine=not self.allow_outside_images, send_images=self.send_images))
+                out.append(row_to_wire(row, start + k, images_root=self.images_root, limits=self.image_limits, confine=not self.allow_outside_images, send_images=self.send_images, read=read))
             else:
                 out.append(row)  # the server makes its error record
         return out

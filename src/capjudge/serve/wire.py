@@ -68,11 +68,15 @@ class WireError(ValueError):
     """A request body that is not what the route takes (a 400 naming the field)."""
 
 
-def row_to_wire(row: Mapping[str, Any], index: int, *, images_root: str | Path | None, limits: ImageLimits, confine: bool, send_images: bool = True) -> dict[str, Any]:
+def row_to_wire(
+    row: Mapping[str, Any], index: int, *, images_root: str | Path | None, limits: ImageLimits, confine: bool, send_images: bool = True,
+    read: dict[str, dict[str, str]] | None = None,
+) -> dict[str, Any]:
     """The wire form of an input row (a dict as :func:`capjudge.inputcheck.load_items` reads
     it). ``index`` becomes the ``id`` of a row without one (what a local run's record says). With
     ``send_images``, a local image is read here (``images_root``, ``confine`` as a local run
-    reads it) and sent as ``image_b64``, or its load error as ``image_error``."""
+    reads it) and sent as ``image_b64``, or its load error as ``image_error``; ``read`` keeps each
+    path's fields, so that the captions of one image in a request read and encode it once."""
     out = {k: row[k] for k in ROW_FIELDS if k in row}
     if out.get("id") is None:
         out["id"] = str(index)
@@ -84,13 +88,16 @@ def row_to_wire(row: Mapping[str, Any], index: int, *, images_root: str | Path |
     text = str(image)
     if text.startswith(("http://", "https://", "data:")):
         return out
-    try:
-        loaded = load_image(text, root=images_root, decode=False, limits=limits, confine=confine)
-    except ImageError as exc:
-        out["image_error"] = str(exc)
-        return out
-    out["image"] = text
-    out["image_b64"] = base64.b64encode(loaded.data or b"").decode("ascii")
+    fields = read.get(text) if read is not None else None
+    if fields is None:
+        try:
+            loaded = load_image(text, root=images_root, decode=False, limits=limits, confine=confine)
+            fields = {"image": text, "image_b64": base64.b64encode(loaded.data or b"").decode("ascii")}
+        except ImageError as exc:
+            fields = {"image_error": str(exc)}
+        if read is not None:
+            read[text] = fields
+    out.update(fields)
     return out
 
 
