@@ -46,8 +46,11 @@ def test_openai_wire_text_only_and_layouts() -> None:
         be.close()
         bodies = [r.body["messages"] for r in srv.received]
     assert bodies[0] == [{"role": "system", "content": [{"type": "text", "text": "You answer briefly."}]}, {"role": "user", "content": [{"type": "text", "text": "Name a colour."}]}]
-    assert bodies[1][0]["content"][0] == {"type": "text", "text": "t"} and bodies[1][0]["content"][1]["image_url"]["detail"] == "high"
-    assert bodies[2] == [{"role": "user", "content": "plain"}]  # as before
+    # The two requests of one generate call go out concurrently: find each by its content.
+    layout = next(b for b in bodies[1:] if isinstance(b[0]["content"], list))
+    plain = next(b for b in bodies[1:] if isinstance(b[0]["content"], str))
+    assert layout[0]["content"][0] == {"type": "text", "text": "t"} and layout[0]["content"][1]["image_url"]["detail"] == "high"
+    assert plain == [{"role": "user", "content": "plain"}]  # as before
 
 
 def test_scripted_rules_pick_by_prompt(tmp_path: Path) -> None:
