@@ -26,7 +26,10 @@ A *battle* is one image, two models' captions, one verdict (``A``, ``B`` or ``ti
   words more or less is no difference between 200-word captions); and, as an option, an alpaca_eval-style length-controlled win rate: ``logit P(a beats b) = theta_a - theta_b
   + gamma * tanh((words_a - words_b) / sd)`` (``sd``: the standard deviation of the differences),
   fitted by maximum likelihood (ties as half); a model's LC win rate is the mean over its battles of
-  ``sigmoid(theta_m - theta_opponent)``, the win rate predicted at zero length difference.
+  ``sigmoid(theta_m - theta_opponent)``, the win rate predicted at zero length difference. Where
+  that likelihood has no maximum (separated battles, or a length difference that moves with the
+  strengths: :mod:`capjudge.arena.identify`), ``gamma`` is null with the reason, never the point
+  where an optimizer stopped.
 """
 
 from __future__ import annotations
@@ -378,7 +381,10 @@ def length_bins(bs: BattleSet) -> dict[str, Any]:
 
 def length_controlled(bs: BattleSet, *, prior: float | None = None) -> dict[str, Any]:
     """The alpaca_eval-style length-controlled fit (module doc): per model its LC win rate, and
-    ``gamma`` (log-odds per tanh unit of the length difference) and ``sd`` (words)."""
+    ``gamma`` (log-odds per tanh unit of the length difference) and ``sd`` (words). When ``gamma``
+    has no estimate, ``gamma`` is ``None`` and ``reason`` says why: no variation in length (the LC
+    win rates are then the plain Bradley-Terry predictions), or the battles separated or the length
+    collinear with the strengths (:mod:`capjudge.arena.identify`; no LC win rates either)."""
     from scipy.optimize import minimize
 
     m = len(bs.models)
@@ -394,8 +400,18 @@ def length_controlled(bs: BattleSet, *, prior: float | None = None) -> dict[str,
     pos[idx] = np.arange(idx.size)
     k = idx.size
     if k < 2:
-        return {"gamma": None, "sd": sd, "lc_win_rate": {}}
+        return {"gamma": None, "sd": sd, "lc_win_rate": {}, "reason": "fewer than two models with decided battles"}
     ia, ib = pos[bs.a], pos[bs.b]
+    reason = None if sd > 0 else "the word-count differences do not vary (sd 0): no length effect to fit"
+    if sd > 0:
+        from capjudge.arena.identify import length_effect_problem
+
+        strengths = np.zeros((bs.n, k))
+        np.add.at(strengths, (np.arange(bs.n), ia), 1.0)
+        np.add.at(strengths, (np.arange(bs.n), ib), -1.0)
+        reason = length_effect_problem(strengths[:, 1:], x, bs.s, penalized=prior > 0)
+        if reason is not None:  # no estimate exists: report none rather than where the optimizer stopped
+            return {"gamma": None, "sd": sd, "lc_win_rate": {}, "reason": reason}
 
     def nll(p: np.ndarray) -> tuple[float, np.ndarray]:
         t = np.concatenate([[0.0], p[: k - 1]])
@@ -419,7 +435,10 @@ def length_controlled(bs: BattleSet, *, prior: float | None = None) -> dict[str,
         theirs = bs.b == mi
         opp = np.concatenate([bs.b[mine], bs.a[theirs]])
         lc[bs.models[mi]] = float(np.mean(_sigmoid(theta[mi] - theta[opp])))
-    return {"gamma": float(res.x[k - 1]) if sd > 0 else None, "sd": sd, "lc_win_rate": lc}
+    found: dict[str, Any] = {"gamma": float(res.x[k - 1]) if sd > 0 else None, "sd": sd, "lc_win_rate": lc}
+    if reason is not None:
+        found["reason"] = reason
+    return found
 
 
 # ------------------------------------------------------------------------------- leaderboard
@@ -536,6 +555,8 @@ def rank(
     board.length = length_bins(bs)
     if lc is not None:
         board.length["length_controlled"] = {"gamma": lc["gamma"], "sd_words": lc["sd"], "formula": "logit P(a beats b) = theta_a - theta_b + gamma * tanh((words_a - words_b) / sd)"}
+        if "reason" in lc:
+            board.length["length_controlled"]["reason"] = lc["reason"]
     if n_failed:
         board.notes.append(f"{n_failed} battle(s) failed (no verdict): counted per model as 'failed', not ranked")
     if bs.n == 0:
@@ -547,4 +568,6 @@ def rank(
         )
     if bs.n_units < 2 and bootstrap:
         board.notes.append("fewer than two images: no bootstrap intervals")
+    if lc is not None and "reason" in lc:
+        board.notes.append(f"no length-controlled fit: {lc['reason']}")
     return board

@@ -208,8 +208,11 @@ def _print_table(result: Any, usage: list[tuple[str, str]], seconds: float, args
     length = d["length"]
     bins = ", ".join(f"{b['words']} words: {_pct(b['longer_win_rate'])} of {b['battles']}" for b in length["bins"] if b["battles"])
     con.print(f"longer caption wins {_pct(length['longer_win_rate'])} of battles with different lengths ({bins or 'none'}); {length['equal_length']} of equal length")
-    if "length_controlled" in length and length["length_controlled"]["gamma"] is not None:
-        con.print(f"length-controlled fit: gamma = {length['length_controlled']['gamma']:.3f} per tanh unit of (words_a - words_b) / {length['length_controlled']['sd_words']:.1f}")
+    fit = length.get("length_controlled")
+    if fit and fit["gamma"] is not None:
+        con.print(f"length-controlled fit: gamma = {fit['gamma']:.3f} per tanh unit of (words_a - words_b) / {fit['sd_words']:.1f}")
+    elif fit:
+        con.print("length-controlled fit: no estimate, gamma is null (the note below says why)")
     if not args.quiet:
         b = d["battles"]
         rows = [
