@@ -298,6 +298,40 @@ def test_run_caparena_in_python(arena_files: tuple[Path, dict[str, Any], dict[st
     assert res.to_dict()["mode"] == "single" and len(judge.backend.calls) == sum(per.values())
 
 
+def test_other_method_judgment_counted_once_as_the_official_scorer_counts_it(arena_files: tuple[Path, dict[str, Any], dict[str, Path]]) -> None:
+    """With a method other than `caparena`, an answer `Judgment: Caption 1 is better..` is read as
+    caption 1 by that method, and written to the battle file as vlm_as_a_judge.py writes it (the
+    text after `Judgment:`), which caparena_auto_scores.py drops as invalid. capjudge's own
+    Bradley-Terry view counts the battles the official scorer counts (official_detailed.py's copy)."""
+    from capjudge.arena import run_caparena
+    from capjudge.backends.scripted import ScriptedBackend
+    from capjudge.judges.judge import Judge
+    from official_detailed import caparena_score_refs
+
+    root, assign, models = arena_files
+
+    def answer(req: Request) -> str:
+        first = req.messages[-1].content.split("Answer 1: ", 1)[1].split("\n", 1)[0]
+        # Model-Test's caption wins either way; shown first, its judgment has two dots.
+        return "Reason: r\nJudgment: " + ("Caption 1 is better.." if "good" in first else "Caption 2 is better.")
+
+    judge = Judge("gpt4v-pairwise", ScriptedBackend(answer), images_root=str(root / "imgs"))
+    res = run_caparena({"Model-Test": models["Model-Test"]}, root / "caparena_auto_600.json", judge, bootstrap=0, caparena_out=root / "files", seed=2)
+    entries = json.loads((root / "files" / "Model-Test.json").read_text())
+    judges = Counter(e["judge"] for e in entries)
+    assert set(judges) == {"Caption 1 is better..", "Caption 2 is better."} and all(v > 0 for v in judges.values())
+    assert all(r["verdict"] == ("A" if r["model_a"] == "Model-Test" else "B") for r in res.arena.run.records)  # the method read both
+    official = caparena_score_refs("Model-Test", entries)
+    counted = sum(official[b][0] for b in BASELINES)
+    assert counted == judges["Caption 2 is better."]
+    (mine,) = [e for e in res.arena.leaderboard.entries if e["model"] == "Model-Test"]
+    assert (mine["battles"], mine["wins"], mine["losses"], mine["ties"]) == (counted, sum(int(official[b][1] * 2) for b in BASELINES), 0, 0)
+    assert mine["failed"] == judges["Caption 1 is better.."]
+    (board,) = res.caparena.entries
+    assert board.score_avg == pytest.approx(official["Score_Avg"], abs=1e-12) and board.invalid == judges["Caption 1 is better.."]
+    assert any("drops as invalid" in n for n in res.arena.leaderboard.notes)
+
+
 def test_protocol_default_method_sends_the_official_requests(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     """`--protocol caparena-auto` with its default method (`caparena`): each battle is one request
     equal to vlm_as_a_judge.py's payload with the reference (the human caption), the shown-first

@@ -21,11 +21,15 @@ from capjudge.summary import RunTally
 from official_detailed import (
     CAPMAS_MAX_TOKENS,
     CAPMAS_TEMPERATURE,
-    a2l,
     caparena_payload,
+    clair_mean,
     clair_messages,
+    coverage_a2l,
     coverage_messages,
+    coverage_recall,
+    factuality_a2l,
     factuality_decompose_messages,
+    factuality_precision,
     factuality_verify_messages,
 )
 from openai_fake_server import FakeOpenAIServer, Received, Reply, chat_body, running_server
@@ -85,6 +89,22 @@ def routed(routes: dict[str, deque[str]]) -> Callable[[Received], Reply]:
         return Reply(status=500, body={"error": {"message": "no route"}})
 
     return respond
+
+
+def official_call(routes: dict[str, deque[str]]) -> Callable[[list[dict[str, Any]], float], str]:
+    """``model.make_call`` for the official loops (tests/official_detailed.py): answers by the first
+    key found in the messages' text, from that key's queue, as :func:`routed` answers capjudge."""
+
+    def make_call(messages: list[dict[str, Any]], temperature: float) -> str:
+        text = "\n".join(p.get("text", "") for m in messages for p in m["content"] if p.get("type") == "text")
+        return next(queue for key, queue in routes.items() if key in text).popleft()
+
+    return make_call
+
+
+def copies(routes: dict[str, list[str]]) -> tuple[dict[str, deque[str]], dict[str, deque[str]]]:
+    """The same answer script twice: one for capjudge (the fake server), one for the official loop."""
+    return {k: deque(v) for k, v in routes.items()}, {k: deque(v) for k, v in routes.items()}
 
 
 # -------------------------------------------------------------------------------------------- CapArena
@@ -161,7 +181,7 @@ def test_factuality_requests_retries_and_precision(srv: FakeOpenAIServer, png: P
     expected_verify = {"model": "gpt-4o-2024-05-13", "messages": factuality_verify_messages(atoms, url, ref), "max_tokens": CAPMAS_MAX_TOKENS, "temperature": CAPMAS_TEMPERATURE}
     assert [sent(r) for r in srv.received] == [expected_decompose, expected_verify, expected_verify]
     assert res.ok and res.score == pytest.approx(2 / 3)
-    assert a2l("1. True\n2. False\n3. True") == [p["verdict"] for p in res.details["steps"]["propositions"]]
+    assert factuality_a2l("1. True\n2. False\n3. True") == [p["verdict"] for p in res.details["steps"]["propositions"]]
     assert [p["proposition"] for p in res.details["steps"]["propositions"]] == ["The image is a square.", "The square is blue.", "The square is small."]
     assert res.details["steps"]["refused_verifications"] == ["1. True\n2. False"]
     assert res.details["counts"] == {"measure": "precision", "hits": 2, "total": 3}
@@ -207,6 +227,23 @@ def test_factuality_skips_as_the_code_skips(srv: FakeOpenAIServer, png: Path) ->
     assert not res.ok and "reference" in (res.error or "")  # the reference description is needed
 
 
+def test_factuality_retries_past_three_mismatches_differ_from_the_code(srv: FakeOpenAIServer, png: Path) -> None:
+    """Pins a documented difference (docs/methods.md): after the 3rd mismatch eval_factuality.py
+    keeps asking the verification until the count matches, drops that answer and decomposes again;
+    capjudge decomposes again at once. On this one answer script the code's precision is 1.0 and
+    capjudge's 0.5: the 5th answer is the code's last verification of the first decomposition and
+    capjudge's second decomposition."""
+    script = ["1. a\n2. b", "1. True", "1. True", "1. True", "1. True\n2. False", "1. True\n2. False", "1. True\n2. True"]
+    answers = iter(script)
+    official, skipped = factuality_precision([("x", "cap", f"data:image/png;base64,{b64(png)}", "ref")], lambda messages, t: next(answers))
+    assert (official, skipped) == (1.0, []) and next(answers, None) is None  # the code used all 7 answers
+    srv.push(*replies(*script))
+    with judge(srv, "capmas-factuality") as j:
+        res = j.score(str(png), "cap", ["ref"])
+    assert srv.count == 6 and res.ok and res.score == 0.5
+    assert res.details["steps"]["decompositions"] == ["1. a\n2. b", "1. True\n2. False"]
+
+
 # -------------------------------------------------------------------------------------------- CapMAS coverage
 def vqa_dir(tmp_path: Path, stem: str, questions: list[str], answers: list[str]) -> Path:
     d = tmp_path / "vqa"
@@ -225,9 +262,9 @@ def test_coverage_requests_retries_and_recall(srv: FakeOpenAIServer, png: Path, 
     expected = {"model": "gpt-4o-2024-05-13", "messages": coverage_messages(qs, cap), "max_tokens": CAPMAS_MAX_TOKENS, "temperature": CAPMAS_TEMPERATURE}
     assert [sent(r) for r in srv.received] == [expected, expected]
     assert all(not any(p.get("type") == "image_url" for m in r.body["messages"] for p in m["content"]) for r in srv.received)  # text only
-    preds = a2l("0. B) Blue\n\n1. A) Square\n\n2. I don't know")
-    assert [q["answer"] for q in res.details["steps"]["questions"]] == preds == ["B", "A", "I"]
-    assert res.score == pytest.approx(2 / 3)  # B == b, A == a (case folded), I != A
+    preds = coverage_a2l("0. B) Blue\n\n1. A) Square\n\n2. I don't know")
+    assert [q["answer"] for q in res.details["steps"]["questions"]] == preds == ["B", "A", "I don't know"]
+    assert res.score == pytest.approx(2 / 3)  # B == b, A == a (case folded), "I don't know" != A
     assert res.details["counts"] == {"measure": "recall", "hits": 2, "total": 3}
     assert res.details["steps"]["refused_answers"] == ["0. B"]
 
@@ -251,6 +288,36 @@ def test_coverage_whole_i_dont_know_three_mismatches_and_bad_files(srv: FakeOpen
     assert srv.count == 4  # neither asked the backend
 
 
+def test_coverage_reads_answers_with_eval_coverages_a2l(srv: FakeOpenAIServer, png: Path, tmp_path: Path) -> None:
+    """eval_coverage.py's a2l keeps each answer whole up to ")": "A Nature", "B " and "I don't know"
+    are compared whole (wrong), an empty answer line is an answer (wrong), not asked again. The
+    summary's recall equals the official loop's on the same answers (tests/official_detailed.py)."""
+    questions = [f"Question {k}?\nA) a{k}\nB) b{k}\nC) c{k}\nD) d{k}" for k in range(5)]
+    key = ["A", "B", "C", "D", "A"]
+    d = vqa_dir(tmp_path, png.stem, questions, key)
+    script = {
+        "alpha": ["0. A Nature\n\n1. B \n\n2. C\n\n3. D\n\n4. A"],
+        "bravo": ["0. A\n1. I don't know\n2. I don't know\n3. D) d3\n4. a"],
+        "charlie": ["0. A\n1. \n2. C\n3. D\n4. A", "0. A\n1. B\n2. C\n3. D\n4. A"],
+    }
+    ours, theirs = copies(script)
+    corr, total, skipped = coverage_recall([(w, {"questions": questions, "answers": key}, f"{w} caption") for w in script], official_call(theirs))
+    assert (corr, total, skipped) == (10, 15, [])  # 3 + 3 + 4 of 5 each
+    srv.responder = routed(ours)
+    try:
+        with judge(srv, "capmas-coverage", method_options={"vqa_dir": str(d)}) as j:
+            results = list(j.score_many([Sample(str(png), f"{w} caption", id=w) for w in script]))
+    finally:
+        srv.responder = lambda req: Reply(body=chat_body("0. A"))
+    assert srv.count == 3 and [len(q) for q in ours.values()] == [len(q) for q in theirs.values()] == [0, 0, 1]  # charlie not asked again
+    assert [[q["answer"] for q in r.details["steps"]["questions"]] for r in results] == [coverage_a2l(v[0]) for v in script.values()]
+    assert results[0].details["steps"]["questions"][0]["answer"] == "A Nature" and results[2].details["steps"]["questions"][1]["answer"] == ""
+    tally = RunTally(method="capmas-coverage")
+    for r in results:
+        tally.add(r)
+    assert dict(tally.score_rows())["recall (micro, official)"] == f"{corr / total:.4g} ({corr}/{total})"
+
+
 # -------------------------------------------------------------------------------------------- CLAIR
 def test_clair_request_tries_and_score(srv: FakeOpenAIServer, png: Path) -> None:
     cap, refs = "A blue square.", ["A small blue image.", "Blue."]
@@ -268,6 +335,41 @@ def test_clair_request_tries_and_score(srv: FakeOpenAIServer, png: Path) -> None
     assert low.score == pytest.approx(0.7) and low.details["steps"]["rule"] == "first-number" and low.details["steps"]["reason"] == "close"
     assert not failed.ok and "no CLAIR score in 3 answers" in (failed.error or "")
     assert srv.count == 4  # one, then three tries
+
+
+def test_clair_null_reason_counts_as_the_official_mean(srv: FakeOpenAIServer, png: Path) -> None:
+    """eval_clair.py adds every score to score_accu but leaves a caption whose reason is None (JSON
+    "reason": null) out of the number it divides by: the summary's CLAIR aggregate equals the
+    mean the official loop prints on the same answers (tests/official_detailed.py)."""
+    script = {
+        "alpha": ['{"score": 90, "reason": "same"}'],
+        "bravo": ['{"score": 95, "reason": "close"}'],
+        "charlie": ['{"score": 0, "reason": null}'],
+        "delta": ['{"score": 40, "reason": null}'],
+        "echo": ["no", "no", "no"],
+    }
+    ours, theirs = copies(script)
+    official, skipped = clair_mean([(w, f"{w} caption", "the reference") for w in script], official_call(theirs))
+    assert skipped == ["charlie", "delta", "echo"] and official == pytest.approx((0.9 + 0.95 + 0.0 + 0.4) / 2)
+    srv.responder = routed(ours)
+    try:
+        with judge(srv, "clair") as j:
+            results = list(j.score_many([Sample(str(png), f"{w} caption", ("the reference",), id=w) for w in script]))
+    finally:
+        srv.responder = lambda req: Reply(body=chat_body('{"score": 50}'))
+    assert [r.ok for r in results] == [True, True, True, True, False]
+    assert results[3].score == pytest.approx(0.4) and results[3].details["counts"]["total"] == 0
+    tally = RunTally(method="clair")
+    for r in results:
+        tally.add(r)
+    rows = dict(tally.score_rows())
+    value, counted = rows["CLAIR (micro, official)"].split()
+    assert float(value) == pytest.approx(official, abs=5e-4) and counted == "(2.25/2)"
+    assert rows["mean score"] == f"{(0.9 + 0.95 + 0.0 + 0.4) / 4:.4g}"  # the per-caption mean, beside it
+    from capjudge.report.records import micro_facts
+
+    (fact,) = micro_facts([r.to_dict() for r in results if r.ok])
+    assert fact[0] == "CLAIR (micro, official)" and float(fact[1].split()[0]) == pytest.approx(official, abs=5e-4)
 
 
 def test_official_texts_are_the_templates_bytes() -> None:
@@ -296,9 +398,9 @@ def test_readers_where_the_code_crashes() -> None:
     # A blank line: the code's `o[0]` raises; passed over here. A proposition three times in a row: skipped.
     assert capmas_propositions("1. a\n\n\n2. b\nnote\n3. c") == ["1. a", "2. b", "3. c"]
     assert capmas_propositions("1. x\n2. x\n3. x") is None and capmas_propositions("1. " + "w " * 250) is None
-    # a2l as the code reads it; a line with no word (the code's IndexError) is no list: asked again.
-    assert capmas_answers("1. True\n2. False") == a2l("1. True\n2. False") == ["True", "False"]
-    assert capmas_answers("0. A) x\n\n1. B") == a2l("0. A) x\n\n1. B")
+    # factuality's a2l as the code reads it; a line with no word (the code's IndexError) is no list: asked again.
+    assert capmas_answers("1. True\n2. False") == factuality_a2l("1. True\n2. False") == ["True", "False"]
+    assert capmas_answers("0. A) x\n\n1. B") == factuality_a2l("0. A) x\n\n1. B")
     assert capmas_answers("") is None and capmas_answers("1. True\n \n2. False") is None
     # CLAIR: a JSON score that is not a number stops the code's run: a fatal problem here, not a retry.
     assert clair_answer('{"score": "high"}').fatal and clair_answer("{}").score is None

@@ -129,3 +129,31 @@ def test_cli_compare_order_single_against_the_fake_server(tmp_path: Path, monkey
         assert main(["compare", *common, "--out", str(dual), "--order", "single"]) == 2
         assert main(["compare", *common, "--out", str(tmp_path / "g.jsonl"), "--order", "single", "--mode", "grading"]) == 2
         assert srv.count == 0
+
+
+def test_cli_compare_order_single_reads_the_shown_first_column(tmp_path: Path) -> None:
+    """`capjudge compare --order single`: a `shown_first` column (A/B) fixes the caption shown first
+    (against the seeded hash's choice); another value is that row's error record naming the row and
+    the cause; an empty cell leaves the choice to the hash. JSONL and CSV."""
+    import csv
+
+    rows = [{"image": img, "caption_a": f"a caption {k}", "caption_b": f"another caption {k}"} for k, img in enumerate(["cats.jpg", "dog.jpg", "cats.jpg", "dog.jpg"])]
+    pairs = [Pair(r["image"], r["caption_a"], r["caption_b"]) for r in rows]
+    flipped = ["B" if shown_first_of(p) == "A" else "A" for p in pairs]
+    cells = [flipped[0], flipped[1], "b", ""]
+    src = [{"image": r["image"], "caption_a": r["caption_a"], "caption_b": r["caption_b"], "shown_first": c} for r, c in zip(rows, cells, strict=True)]
+    jsonl, csv_in = tmp_path / "pairs.jsonl", tmp_path / "pairs.csv"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in src))
+    with csv_in.open("w", newline="", encoding="utf-8") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(src[0]))
+        w.writeheader()
+        w.writerows(src)
+    for path in (jsonl, csv_in):
+        out = tmp_path / f"{path.suffix[1:]}.out.jsonl"
+        # The judge always prefers the caption shown first: the verdict names it.
+        argv = ["compare", "--input", str(path), "--out", str(out), "--order", "single", "--backend", "scripted:Answer 1", "--images", str(EXAMPLES / "images"), "--no-cache", "--quiet"]
+        assert main(argv) == 0
+        recs = [json.loads(line) for line in out.read_text().splitlines()]
+        assert [(r["status"], r["verdict"], (r.get("details") or {}).get("shown_first")) for r in recs[:2]] == [("ok", flipped[0], flipped[0]), ("ok", flipped[1], flipped[1])]
+        assert recs[2]["status"] == "error" and recs[2]["id"] == "3" and "row 3: shown_first must be 'A' or 'B', not 'b'" in recs[2]["error"]
+        assert recs[3]["status"] == "ok" and recs[3]["verdict"] == recs[3]["details"]["shown_first"] == shown_first_of(pairs[3])

@@ -2,7 +2,7 @@
 
 Input rows: ``image`` (path, relative to ``--images DIR`` when given), ``caption``, optional
 ``references`` (a JSON list, or in CSV a JSON list or ``|``-separated text) and ``id``. Pairs:
-``image``, ``caption_a``, ``caption_b``. A malformed row does not stop the reading: it becomes a
+``image``, ``caption_a``, ``caption_b`` (optional ``shown_first``, ``A`` or ``B``). A malformed row does not stop the reading: it becomes a
 :class:`BadRow` that the CLI turns into an ``error`` record naming the line and the cause. Files are
 read as bytes and decoded row by row (:mod:`capjudge.rowtext`): a byte that is not UTF-8, a lone
 surrogate (``"\\ud800"``) or a caption that is not text (NaN, a boolean, an object) costs its row
@@ -256,8 +256,16 @@ def sample_from_row(row: dict[str, Any], line: int) -> dict[str, Any] | BadRow:
 
 
 def pair_from_row(row: dict[str, Any], line: int) -> dict[str, Any] | BadRow:
-    """Normalise one pairs-file row, or say what is wrong with it."""
-    return _from_row(row, line, ("caption_a", "caption_b"))
+    """Normalise one pairs-file row, or say what is wrong with it; an optional ``shown_first``
+    (``A`` or ``B``: the caption a single-order comparison shows first) is kept."""
+    out = _from_row(row, line, ("caption_a", "caption_b"))
+    first = row.get("shown_first")
+    if isinstance(out, BadRow) or first in (None, ""):
+        return out
+    if first not in ("A", "B"):
+        return BadRow(line, f"row {line}: shown_first must be 'A' or 'B', not {str(first)[:40]!r}", json.dumps(row)[:200], _clean_id(row))
+    out["shown_first"] = first
+    return out
 
 
 def _numbered(row: BadRow, n: int) -> BadRow:

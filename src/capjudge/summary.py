@@ -18,6 +18,11 @@ _SAMPLE_PREFIX = re.compile(r"^(?:sample|pair) [^:]*: (?:backend error: )?")
 NO_LOGPROBS = "no token probabilities"  # in details.smoothing when the backend gave none
 
 
+def count_text(value: float) -> str:
+    """A micro aggregate's hits as shown: a count as it is, a sum of scores to 4 digits."""
+    return str(value) if isinstance(value, int) else f"{value:.4g}"
+
+
 @dataclass
 class RunTally:
     """Counts over a run's results. ``smoothing``: the method smooths its scores (FLEUR family)."""
@@ -35,8 +40,9 @@ class RunTally:
     resumable: int = 0
     causes: Counter[str] = field(default_factory=Counter)
     two_order: list[tuple[str | None, list[Any]]] = field(default_factory=list)
-    # measure -> [hits, total] over ok records with details.counts (CapMAS: micro precision / recall)
-    micro: dict[str, list[int]] = field(default_factory=dict)
+    # measure -> [hits, total] over ok records with details.counts (CapMAS: micro precision / recall;
+    # CLAIR: the scores over the captions the code does not skip)
+    micro: dict[str, list[float]] = field(default_factory=dict)
 
     def add(self, result: Any) -> None:
         """Count one :class:`~capjudge.types.ScoreResult` or :class:`~capjudge.types.PairResult`."""
@@ -67,18 +73,19 @@ class RunTally:
 
     def add_counts(self, counts: Any) -> None:
         """Add a record's ``details.counts`` (``measure``, ``hits``, ``total``) to the run's
-        micro aggregate, the official one of CapMAS's factuality (precision) and coverage (recall)."""
+        micro aggregate, the official one of CapMAS's factuality (precision) and coverage (recall)
+        and of CLAIR (``hits`` a score, ``total`` 0 for a caption the code skips but still adds up)."""
         if not isinstance(counts, dict):
             return
         hits, total, measure = counts.get("hits"), counts.get("total"), counts.get("measure")
-        if isinstance(hits, int) and isinstance(total, int) and isinstance(measure, str) and total > 0:
+        if isinstance(hits, (int, float)) and not isinstance(hits, bool) and isinstance(total, int) and isinstance(measure, str) and total >= 0:
             acc = self.micro.setdefault(measure, [0, 0])
             acc[0] += hits
             acc[1] += total
 
     def micro_rows(self) -> list[tuple[str, str]]:
         """The official aggregate beside the per-caption mean: hits / total over the whole run."""
-        return [(f"{measure} (micro, official)", f"{hits / total:.4g} ({hits}/{total})") for measure, (hits, total) in sorted(self.micro.items()) if total]
+        return [(f"{measure} (micro, official)", f"{hits / total:.4g} ({count_text(hits)}/{count_text(total)})") for measure, (hits, total) in sorted(self.micro.items()) if total]
 
     @property
     def main_cause(self) -> str | None:

@@ -30,6 +30,7 @@ from typing import Any
 from capjudge.arena.battles import Battle, BattleRun, Plan, battle_key, run_battles, shown_first
 from capjudge.arena.caparena_files import (
     BASELINES,
+    VALID_JUDGMENTS,
     CapArenaBoard,
     CapArenaFileError,
     leaderboard,
@@ -154,6 +155,17 @@ def judgment(record: Mapping[str, Any]) -> str | None:
     return words
 
 
+def as_counted(record: Mapping[str, Any]) -> dict[str, Any]:
+    """``record`` as ``caparena_auto_scores.py`` counts the ``judge`` written for it: an ok battle
+    whose written judgment the official scorer drops as invalid (``Caption 1 is better..``, which
+    another method's reader takes for caption 1) is a failed battle here too, so capjudge's
+    Bradley-Terry view counts the battles the official leaderboard counts."""
+    said = judgment(record)
+    if said is None or said in VALID_JUDGMENTS:
+        return dict(record)
+    return {**record, "status": "error", "verdict": None, "error": f"the judgment written, {said[:60]!r}, is not one caparena_auto_scores.py counts (dropped as invalid)"}
+
+
 def caparena_entries(plan: Plan, records: Iterable[Mapping[str, Any]], assignments: Assignments) -> dict[str, list[dict[str, Any]]]:
     """Per model under test, its battles in CapArena's format (plan order)."""
     by_key = {battle_key(dict(r)): r for r in records}
@@ -263,9 +275,13 @@ def run_caparena(
     target = caparena_out if caparena_out is not None else (caparena_dir(out) if out is not None else None)
     files = write_entries(target, entries) if target is not None else {}
     ranked = list(inp.models) + [b for b in BASELINES if b not in inp.models and any(a.ref_model == b for a in assignments.items.values())]
-    board = rank(run.records, ranked, ties=ties, bootstrap=bootstrap, seed=seed, elo_k=elo_k)
+    counted = [as_counted(r) for r in run.records]  # one reading of a judgment: the official scorer's
+    board = rank(counted, ranked, ties=ties, bootstrap=bootstrap, seed=seed, elo_k=elo_k)
     for e in board.entries:
         e["missing"] = plan.not_asked.get(e["model"], 0)
+    dropped = sum(r.get("status", "ok") == "ok" and c.get("status") == "error" for r, c in zip(run.records, counted))
     board.notes = summary_notes(inp, plan, run) + board.notes
-    result = ArenaResult(run.records, board, plan, inp, run, judge={"method": fields["method"], "mode": fields["mode"], "backend": fields["backend"]})
+    if dropped:
+        board.notes.append(f"{dropped} battle(s) judged with a judgment caparena_auto_scores.py drops as invalid (e.g. 'Caption 1 is better..'): failed here too, out of both leaderboards")
+    result = ArenaResult(counted, board, plan, inp, run, judge={"method": fields["method"], "mode": fields["mode"], "backend": fields["backend"]})
     return CapArenaResult(leaderboard(scored, errors), result, files, assignments.path)

@@ -22,6 +22,7 @@ from capjudge.parsing.detailed import (
     capmas_propositions,
     clair_answer,
     clair_statements,
+    coverage_answers,
     numbered_questions,
     proposition_text,
 )
@@ -105,8 +106,9 @@ def load_questions(vqa_dir: str, image: Any) -> tuple[list[str], list[str], str]
 
 def coverage(ctx: StepContext) -> Steps:
     """CapMAS ``eval_coverage.py``: a text-only request (system prompt; the caption and the
-    image's questions numbered from 0) answered from the caption alone; asked again while the
-    count of answers differs (3 tries). Score: answers equal to the key (case folded) / questions."""
+    image's questions numbered from 0) answered from the caption alone, read by coverage's own
+    ``a2l`` (each answer whole up to ``)``); asked again while the count of answers differs (3
+    tries). Score: answers equal to the key (case folded) / questions."""
     method = ctx.method
     vqa_dir = str(method.options.get("vqa_dir") or "")
     if not vqa_dir:
@@ -124,8 +126,8 @@ def coverage(ctx: StepContext) -> Steps:
         text = ctx.text(out)
         if text == "":
             return Outcome(None, text, {"steps": steps}, f"sample {ctx.sid}: the answer is empty (the CapMAS code skips the caption)")
-        preds = ["I don't know"] * len(questions) if text in ("I don't know", "I don't know.") else capmas_answers(text)
-        if preds is not None and len(preds) == len(key):
+        preds = ["I don't know"] * len(questions) if text in ("I don't know", "I don't know.") else coverage_answers(text)
+        if len(preds) == len(key):
             correct = [p.lower() == k.lower() for p, k in zip(preds, key)]
             steps["questions"] = [{"question": q, "answer": p, "key": k, "correct": c} for q, p, k, c in zip(questions, preds, key, correct)]
             counts = {"measure": "recall", "hits": sum(correct), "total": len(key)}
@@ -136,7 +138,9 @@ def coverage(ctx: StepContext) -> Steps:
 
 def clair(ctx: StepContext) -> Steps:
     """CLAIR as CapMAS's ``eval_clair.py`` runs it: one text-only request (the prompt as the only,
-    system, turn), read as JSON or the first number; 3 tries. Score: CLAIR's 0-100 / 100."""
+    system, turn), read as JSON or the first number; 3 tries. Score: CLAIR's 0-100 / 100;
+    ``details.counts`` what the code's mean adds up (``hits``: the score; ``total``: 0 for an
+    answer whose JSON ``reason`` is null, which the code counts as skipped, else 1)."""
     method = ctx.method
     prompt = get_template(method.template).render(candidate_statements=clair_statements([ctx.caption]), target_statements=clair_statements(list(ctx.prep.sample.references)))
     request = ctx.requests.system_only_request(prompt, temperature=method.temperature, max_new_tokens=method.max_new_tokens)
@@ -149,7 +153,10 @@ def clair(ctx: StepContext) -> Steps:
             return Outcome(None, text, {"steps": {"refused_answers": refused}}, f"sample {ctx.sid}: {read.problem} (the CLAIR code stops the run here)")
         if read.score is not None:
             steps = {"clair_score": read.score, "reason": read.reason, "rule": read.rule, "refused_answers": refused}
-            return Outcome(read.score / 100, text, {"steps": steps})
+            # eval_clair.py adds every score to score_accu but counts a caption whose reason is
+            # None (JSON "reason": null) as skipped: out of the number it divides by.
+            counts = {"measure": "CLAIR", "hits": read.score / 100, "total": 0 if read.reason is None else 1}
+            return Outcome(read.score / 100, text, {"steps": steps, "counts": counts})
         refused.append(text)
     return Outcome(None, refused[-1] if refused else None, {"steps": {"refused_answers": refused}}, f"sample {ctx.sid}: no CLAIR score in {method.format_tries} answers (JSON with \"score\", or a number)")
 

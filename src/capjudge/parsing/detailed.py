@@ -78,9 +78,10 @@ def proposition_text(atom: str) -> str:
 
 
 def capmas_answers(text: str) -> list[str] | None:
-    """CapMAS ``a2l``: ``". "`` becomes a line break, each line is cut at ``)`` and its first word
-    kept; every second item is an answer (``"1. True"`` -> ``"True"``). ``None`` where the code
-    would crash (a line with no word)."""
+    """CapMAS factuality's ``a2l`` (``eval_factuality.py``): ``". "`` becomes a line break, each
+    line is cut at ``)`` and its first word kept; every second item is an answer (``"1. True"`` ->
+    ``"True"``). ``None`` where the code would crash (a line with no word). Coverage reads with its
+    own ``a2l``, :func:`coverage_answers`."""
     items = text.replace("\n\n", "\n").strip().replace(". ", "\n")
     firsts: list[str] = []
     for piece in items.split("\n"):
@@ -89,6 +90,15 @@ def capmas_answers(text: str) -> list[str] | None:
             return None
         firsts.append(words[0])
     return firsts[1::2]
+
+
+def coverage_answers(text: str) -> list[str]:
+    """CapMAS coverage's ``a2l`` (``eval_coverage.py``, not factuality's): as :func:`capmas_answers`
+    but each piece is kept whole up to ``)``, with no first word taken: ``"A Nature"``, ``"B "``
+    and ``"I don't know"`` stay as they are (then compared with the key, so counted wrong), and an
+    empty answer line is an empty answer, counted wrong, not asked again. Never fails."""
+    items = text.replace("\n\n", "\n").strip().replace(". ", "\n")
+    return [piece.split(")")[0] for piece in items.split("\n")][1::2]
 
 
 def numbered_questions(questions: list[str]) -> str:
@@ -158,6 +168,7 @@ __all__ = [
     "capmas_propositions",
     "clair_answer",
     "clair_statements",
+    "coverage_answers",
     "numbered_questions",
     "proposition_text",
 ]

@@ -21,6 +21,7 @@ from capjudge.errors import UsageError
 from capjudge.io import InputFormatError, iter_jsonl
 from capjudge.report.model import Column, SampleTable, Section
 from capjudge.report.thumbs import ThumbCache
+from capjudge.summary import count_text
 
 DEFAULT_MAX_ROWS = 5000
 
@@ -251,15 +252,17 @@ def score_facts(recs: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
 
 def micro_facts(ok: Sequence[dict[str, Any]]) -> list[tuple[str, str]]:
     """The official aggregate of methods whose records carry ``details.counts`` (CapMAS: micro
-    precision / recall, hits over totals of the whole set)."""
-    sums: dict[str, list[int]] = {}
+    precision / recall, hits over totals of the whole set; CLAIR: scores over the captions its
+    code does not skip)."""
+    sums: dict[str, list[float]] = {}
     for r in ok:
         counts = (r.get("details") or {}).get("counts") if isinstance(r.get("details"), dict) else None
-        if isinstance(counts, dict) and isinstance(counts.get("hits"), int) and isinstance(counts.get("total"), int) and counts["total"] > 0:
+        hits = counts.get("hits") if isinstance(counts, dict) else None
+        if isinstance(counts, dict) and isinstance(hits, (int, float)) and not isinstance(hits, bool) and isinstance(counts.get("total"), int) and counts["total"] >= 0:
             acc = sums.setdefault(str(counts.get("measure") or "micro"), [0, 0])
-            acc[0] += counts["hits"]
+            acc[0] += hits
             acc[1] += counts["total"]
-    return [(f"{m} (micro, official)", f"{h / t:.4g}  ({h}/{t})") for m, (h, t) in sorted(sums.items())]
+    return [(f"{m} (micro, official)", f"{h / t:.4g}  ({count_text(h)}/{t})") for m, (h, t) in sorted(sums.items()) if t]
 
 
 def step_lines(steps: Any) -> list[str]:
