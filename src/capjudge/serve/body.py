@@ -101,10 +101,12 @@ def check_shape(data: bytes, max_rows: int) -> None:
     """Refuse (400 / 413) a body nested deeper than :data:`MAX_DEPTH`, or holding more strings,
     containers or values than ``max_rows`` rows need, by a linear scan of the bytes outside strings (nothing is
     built). A body that is not JSON passes here and fails in the parse."""
+    values_cap = VALUES_PER_ROW * max_rows + 1024
+    if data.count(b"[") + data.count(b"{") <= MAX_DEPTH and len(data) < values_cap:
+        return  # too few brackets to nest too deep, too short to hold too many of anything (a one-row request)
     # Escapes first (pairs of backslashes, then an escaped quote: JSON's left-to-right reading), so
     # that every quote left opens or closes a string.
     unescaped = data.replace(b"\\\\", b"").replace(b'\\"', b"")
-    values_cap = VALUES_PER_ROW * max_rows + 1024
     strings = unescaped.count(b'"') // 2
     if strings > 2 * values_cap:  # keys and values; counted first, as each string costs the scan a match
         raise BodyError(413, f"the request body holds {strings:,} strings: more than {max_rows:,} rows need (--max-queue)")
