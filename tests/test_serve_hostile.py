@@ -138,6 +138,15 @@ def test_the_host_rule_follows_the_listening_address() -> None:
     assert one.allows("10.1.2.3") and not one.allows("10.1.2.4") and not one.allows("evil.example")
 
 
+def test_an_allowed_host_that_is_not_a_host_name_is_a_usage_error(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from capjudge.cli import main
+
+    monkeypatch.delenv("CAPJUDGE_TOKEN", raising=False)
+    for bad in ("http://judge.lab", "*.lab", "judge.lab/v1"):
+        assert main(["serve", "--method", "vanilla", "--backend", f"scripted:{ANSWER}", "--port", "0", "--allowed-host", bad]) == 2
+        assert f"--allowed-host {bad!r}: give a host name" in capsys.readouterr().err
+
+
 # ------------------------------------------------------------------ 4. one client's bad row
 @pytest.mark.parametrize(
     ("row", "says"),

@@ -56,6 +56,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     if args.max_wait_ms < 0:
         raise UsageError(f"--max-wait-ms must be 0 or more, got {args.max_wait_ms:g}")
+    from capjudge.serve.hosts import is_host_name
+
+    for name in args.allowed_host:
+        if not is_host_name(name):
+            raise UsageError(f"--allowed-host {name!r}: give a host name or address as clients send it in Host (judge.lab.example, 10.0.0.5), with no scheme, path or wildcard")
     try:
         import prometheus_client  # noqa: F401
         import starlette  # noqa: F401

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import re
 import socket
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
+NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]{0,62})(\.[a-z0-9_]([a-z0-9_-]{0,62}))*")
 WILDCARD_ADDRESSES = ("0.0.0.0", "::", "")
 
 
@@ -30,6 +32,15 @@ def host_name(header: str) -> str:
     elif value.count(":") == 1:
         value = value.partition(":")[0]
     return value.rstrip(".")
+
+
+def is_host_name(text: str) -> bool:
+    """Whether ``text`` is a ``Host`` value a rule can name: a DNS name or an IP address, with or
+    without a port (no scheme, path, user or wildcard)."""
+    if any(c in text for c in "/@*? "):
+        return False
+    name = host_name(text)
+    return bool(name) and (is_address(name) or NAME.fullmatch(name) is not None)
 
 
 def is_address(name: str) -> bool:
@@ -58,7 +69,7 @@ class HostRule:
 
 def host_rule(bind: str, allowed: Iterable[str] = ()) -> HostRule:
     """The rule of a server listening on ``bind`` that is also reached by the names ``allowed``."""
-    names = {host_name(name) for name in allowed}
+    names = {host_name(name) for name in allowed if host_name(name)}
     bind_name = host_name(bind)
     names.add(bind_name)
     loopback = bind_name == "localhost" or (is_address(bind_name) and ipaddress.ip_address(bind_name).is_loopback)
@@ -93,4 +104,4 @@ class HostGuard:
         await self.app(scope, receive, send)
 
 
-__all__ = ["HostGuard", "HostRule", "LOOPBACK_RULE", "host_name", "host_rule", "is_address"]
+__all__ = ["HostGuard", "HostRule", "LOOPBACK_RULE", "host_name", "host_rule", "is_address", "is_host_name"]
