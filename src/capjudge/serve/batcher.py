@@ -205,9 +205,9 @@ class Batcher:
         self.metrics.batch_seconds.observe(seconds)
         self._seconds_per_row = seconds / max(1, len(rows))
         unanswered = [job for job in jobs if not job.future.done()]
-        if failed is not None and len(unanswered) > 1:
-            # One client's row may have broken the batch: each request left is judged again alone,
-            # so that the failure costs only the requests whose rows cause it.
+        if failed is not None and len(jobs) > 1:
+            # One client's row may have broken the batch: each request left unanswered is judged
+            # again alone, so that the failure costs only the requests whose rows cause it.
             for job in unanswered:
                 job.results, job.left = [None] * len(job.rows), len(job.rows)
                 self._run([job])
