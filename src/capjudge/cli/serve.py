@@ -35,7 +35,12 @@ def register(sub: Any) -> None:
     net.add_argument("--max-wait-ms", type=float, default=10.0, metavar="MS", help="how long the first request of a batch waits for others (default 10)")
     net.add_argument("--max-queue", type=positive, default=1024, metavar="N", help="rows waiting at most; a request beyond is answered 429 with Retry-After (default 1024)")
     net.add_argument("--max-body-bytes", type=positive, default=None, metavar="B", help="request body cap (default 64 MiB): 413 beyond")
-    net.add_argument("--graceful-seconds", type=seconds, default=None, metavar="S", help="on SIGTERM, how long requests in flight may take to finish (default: as long as they need)")
+    net.add_argument("--graceful-seconds", type=seconds, default=None, metavar="S", help="on SIGTERM, how long requests in flight may take to finish (default: as long as they need) and uploads still arriving (default 5)")
+    net.add_argument("--allowed-host", action="append", default=[], metavar="NAME",
+                     help="a Host name clients (or a proxy) reach the server by, besides its listening address (repeatable); other names are answered 421")
+    net.add_argument("--header-timeout", type=seconds, default=None, metavar="S", help="a connection that sends no complete request head in S seconds is closed (default 10)")
+    net.add_argument("--body-timeout", type=seconds, default=None, metavar="S", help="a request body must arrive within S seconds of its head: 408 otherwise (default 60)")
+    net.add_argument("--max-connections", type=positive, default=None, metavar="N", help="connections at once; one beyond is answered 503 and closed (default 1000, or half the open-file limit when lower)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -51,6 +56,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     if args.max_wait_ms < 0:
         raise UsageError(f"--max-wait-ms must be 0 or more, got {args.max_wait_ms:g}")
+    from capjudge.serve.hosts import is_host_name
+
+    for name in args.allowed_host:
+        if not is_host_name(name):
+            raise UsageError(f"--allowed-host {name!r}: give a host name or address as clients send it in Host (judge.lab.example, 10.0.0.5), with no scheme, path or wildcard")
     try:
         import prometheus_client  # noqa: F401
         import starlette  # noqa: F401
@@ -58,7 +68,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"capjudge serve needs the serve extra: pip install 'capjudge[serve]' ({exc.name} is missing)") from None
     from capjudge.cli.common import preflight
-    from capjudge.serve.app import DEFAULT_MAX_BODY_BYTES, ServeSettings, create_app
+    from capjudge.serve.app import (
+        DEFAULT_BODY_TIMEOUT,
+        DEFAULT_MAX_BODY_BYTES,
+        ServeSettings,
+        create_app,
+    )
+    from capjudge.serve.hosts import host_rule
     from capjudge.serve.served import ServedJudge, judge_info
     from capjudge.serve.server import make_server, serve
 
@@ -79,9 +95,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             max_batch=max_batch,
             max_wait_ms=args.max_wait_ms,
             max_queue=args.max_queue,
+            hosts=host_rule(args.host, args.allowed_host),
+            body_timeout=args.body_timeout or DEFAULT_BODY_TIMEOUT,
         )
         app = create_app(judge, settings, judge_info(judge))
-        server = make_server(app, args.host, args.port, log_level="debug" if args.verbose >= 2 else "info" if args.verbose else "warning", graceful_seconds=args.graceful_seconds)
+        server = make_server(
+            app, args.host, args.port, log_level="debug" if args.verbose >= 2 else "info" if args.verbose else "warning", graceful_seconds=args.graceful_seconds,
+            header_timeout=args.header_timeout, max_connections=args.max_connections,
+        )
         if not args.quiet:
             print(f"capjudge serve: {method.name} on {judge.backend_spec}, http://{args.host}:{args.port} (token: {'yes' if token else 'none, loopback only'})", file=sys.stderr)
         serve(server)

@@ -5,6 +5,9 @@
 >>> [r.score for r in judge.score_many([{"image": "cats.jpg", "caption": "two cats"}])]  # doctest: +SKIP
 
 Modules, one job each: :mod:`~capjudge.serve.app` (the ASGI app: routes, token, caps, JSON errors),
+:mod:`~capjudge.serve.body` (a request body read under bounds), :mod:`~capjudge.serve.rows` (rows
+checked at the door), :mod:`~capjudge.serve.hosts` (the ``Host`` check),
+:mod:`~capjudge.serve.connections` (connection cap, request-head deadline, shutdown),
 :mod:`~capjudge.serve.batcher` (requests arriving together judged together, the bounded queue),
 :mod:`~capjudge.serve.metrics` (Prometheus), :mod:`~capjudge.serve.served` (the server's judge:
 images sent inline; ``/v1/info``), :mod:`~capjudge.serve.server` (binding rules, uvicorn),

@@ -5,9 +5,13 @@ is: method, backend as records show it, template hash), ``POST /v1/score`` (``{"
 ``POST /v1/compare`` (``{"pairs": [...], "mode": null | "pairwise" | "grading"}``), ``POST
 /v1/reward`` (``{"completions": [...], "images": [...], "references": [...]}``) and ``GET /metrics``
 (Prometheus text format). A judging route answers 200 with one record per row (``{"results":
-[...]}``, a bad row an error record naming it), 400 for a body that is not what the route takes,
-401 without the token, 413 for a body over the cap, 429 with ``Retry-After`` when the queue is full
-and 503 while shutting down. The token is compared in constant time and never logged.
+[...]}``, a bad row an error record naming it), 400 for a body that is not what the route takes
+(a row with a field of the wrong type or length: naming the row), 401 without the token, 408 for a
+body that did not arrive in time, 413 for a body over the cap (or holding more than its rows need),
+415 for a body not sent as ``application/json``, 421 for a ``Host`` the server does not answer to,
+429 with ``Retry-After`` when the queue is full and 503 while shutting down; every answer is JSON
+(ASCII: a character JSON cannot carry as UTF-8 is escaped, never the whole answer lost), no CORS
+header is ever sent. The token is compared in constant time and never logged.
 """
 
 from __future__ import annotations
@@ -15,28 +19,38 @@ from __future__ import annotations
 import asyncio
 import hmac
 import json
+import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from capjudge.redact import register_secret, scrub
 from capjudge.serve.batcher import Batcher, Closed, QueueFull
+from capjudge.serve.body import BodyError, Uploads, read_json
+from capjudge.serve.hosts import LOOPBACK_RULE, HostGuard, HostRule
 from capjudge.serve.metrics import Metrics
+from capjudge.serve.rows import check_rows
 from capjudge.serve.wire import WireError, items_of, named, row_from_wire
 
+log = logging.getLogger("capjudge.serve")
+
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
+DEFAULT_BODY_TIMEOUT = 60.0
 
 
 @dataclass(frozen=True)
 class ServeSettings:
     """How a server takes requests: the token (``None``: none asked, loopback only), the body cap
-    in bytes, the inline image cap in bytes, and the batching knobs."""
+    in bytes, the inline image cap in bytes, the batching knobs, the ``Host`` names it answers to
+    (:func:`capjudge.serve.hosts.host_rule`; default: loopback) and the seconds a body may take."""
 
     token: str | None = None
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
@@ -44,6 +58,8 @@ class ServeSettings:
     max_batch: int = 64
     max_wait_ms: float = 10.0
     max_queue: int = 1024
+    hosts: HostRule = LOOPBACK_RULE
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
 
 
 class HTTPError(Exception):
@@ -55,9 +71,18 @@ class HTTPError(Exception):
         self.headers = headers or {}
 
 
+class AsciiJSONResponse(JSONResponse):
+    """JSON in ASCII: a character UTF-8 cannot carry (a lone surrogate a client sent) is escaped,
+    as any other non-ASCII one, so that one row never costs the answer its other rows."""
+
+    def render(self, content: Any) -> bytes:
+        """The body's bytes."""
+        return json.dumps(content, ensure_ascii=True, allow_nan=False, separators=(",", ":")).encode("ascii")
+
+
 def error_response(status: int, message: str, headers: dict[str, str] | None = None) -> JSONResponse:
     """``{"error": message}`` (scrubbed of secrets) with ``status``."""
-    return JSONResponse({"error": scrub(message)}, status_code=status, headers=headers)
+    return AsciiJSONResponse({"error": scrub(message)}, status_code=status, headers=headers)
 
 
 def authorized(request: Request, token: str | None) -> bool:
@@ -71,24 +96,6 @@ def authorized(request: Request, token: str | None) -> bool:
     return hmac.compare_digest(value.strip().encode(), token.encode())
 
 
-async def read_json(request: Request, cap: int) -> Any:
-    """The request's JSON body, read up to ``cap`` bytes (413 beyond; 400 if not JSON)."""
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > cap:
-        raise HTTPError(413, f"request body of {int(declared):,} bytes is over the server's cap of {cap:,} bytes (--max-body-bytes)")
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > cap:
-            raise HTTPError(413, f"request body is over the server's cap of {cap:,} bytes (--max-body-bytes)")
-        chunks.append(chunk)
-    try:
-        return json.loads(b"".join(chunks))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HTTPError(400, f"the request body is not JSON: {exc}") from None
-
-
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -99,6 +106,7 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
     register_secret(settings.token)
     metrics = metrics or Metrics()
     state: dict[str, Any] = {"batcher": batcher}
+    uploads = Uploads(timeout=settings.body_timeout)
 
     def running() -> Batcher:
         if state["batcher"] is None:
@@ -116,6 +124,11 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
                     response = await fn(request)
             except HTTPError as exc:
                 response = error_response(exc.status, str(exc), exc.headers)
+            except BodyError as exc:  # the body was not read to its end: the connection is not reused
+                response = error_response(exc.status, str(exc), {"Connection": "close"} if exc.status != 400 else None)
+            except Exception as exc:  # noqa: BLE001 - a bug: a JSON 500 naming it, the server stays up
+                log.exception("%s failed", route)
+                response = error_response(500, f"the server failed on this request: {type(exc).__name__}: {exc}")
             metrics.requests.labels(route=route, status=str(response.status_code)).inc()
             if route.startswith("/v1/") and route != "/v1/info":
                 metrics.latency.labels(route=route).observe(time.perf_counter() - t0)
@@ -150,28 +163,35 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
             raise HTTPError(400, str(exc)) from None
         if len(rows) > settings.max_queue:
             raise HTTPError(413, f"{len(rows)} {field} in one request: the server queues at most {settings.max_queue} (--max-queue); send fewer at a time")
+        try:
+            check_rows(rows, field)
+        except WireError as exc:
+            raise HTTPError(400, str(exc)) from None
         return rows
 
+    async def body_of(request: Request) -> Any:
+        return await read_json(request, settings.max_body_bytes, settings.max_queue, uploads)
+
     async def health(request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        return AsciiJSONResponse({"status": "ok"})
 
     async def get_info(request: Request) -> Response:
-        return JSONResponse(info)
+        return AsciiJSONResponse(info)
 
     async def score(request: Request) -> Response:
-        rows = checked_rows(await read_json(request, settings.max_body_bytes), "samples")
-        return JSONResponse({"results": await judged("/v1/score", "score", rows)})
+        rows = checked_rows(await body_of(request), "samples")
+        return AsciiJSONResponse({"results": await judged("/v1/score", "score", rows)})
 
     async def compare(request: Request) -> Response:
-        body = await read_json(request, settings.max_body_bytes)
+        body = await body_of(request)
         rows = checked_rows(body, "pairs")
         mode = body.get("mode")
         if mode not in (None, *info.get("compare_modes", {})):
             raise HTTPError(400, f"mode {mode!r}: this judge compares by {sorted(info.get('compare_modes', {}))} (or null: the method's own)")
-        return JSONResponse({"results": await judged("/v1/compare", "compare", rows, mode)})
+        return AsciiJSONResponse({"results": await judged("/v1/compare", "compare", rows, mode)})
 
     async def reward(request: Request) -> Response:
-        body = await read_json(request, settings.max_body_bytes)
+        body = await body_of(request)
         completions = checked_rows(body, "completions")
         images = body.get("images")
         if not isinstance(images, list) or len(images) != len(completions):
@@ -186,8 +206,12 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
             if refs is not None:
                 row["references"] = refs[k]
             rows.append(row)
+        try:
+            check_rows(rows, "completions")
+        except WireError as exc:
+            raise HTTPError(400, str(exc)) from None
         results = await judged("/v1/reward", "score", rows)
-        return JSONResponse({"rewards": [r.get("score") if r.get("status") == "ok" else None for r in results], "results": results})
+        return AsciiJSONResponse({"rewards": [r.get("score") if r.get("status") == "ok" else None for r in results], "results": results})
 
     async def get_metrics(request: Request) -> Response:
         return Response(metrics.text(), media_type=metrics.content_type)
@@ -212,10 +236,19 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
             # Graceful shutdown: uvicorn has answered every request in flight; the queue is empty.
             await asyncio.get_running_loop().run_in_executor(None, running().close)
 
-    app = Starlette(routes=routes, lifespan=lifespan)
+    async def http_error(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, HTTPException):  # Starlette's own: 404, 405
+            return error_response(exc.status_code, str(exc.detail), dict(exc.headers or {}))
+        return error_response(500, f"the server failed on this request: {type(exc).__name__}")
+
+    app = Starlette(
+        routes=routes, lifespan=lifespan, exception_handlers={HTTPException: http_error, Exception: http_error},
+        middleware=[Middleware(HostGuard, rule=settings.hosts)],  # before any route: the Host check
+    )
     app.state.metrics = metrics
     app.state.batcher = running
+    app.state.uploads = uploads
     return app
 
 
-__all__ = ["DEFAULT_MAX_BODY_BYTES", "HTTPError", "ServeSettings", "authorized", "create_app", "error_response", "read_json"]
+__all__ = ["AsciiJSONResponse", "DEFAULT_BODY_TIMEOUT", "DEFAULT_MAX_BODY_BYTES", "HTTPError", "ServeSettings", "authorized", "create_app", "error_response"]

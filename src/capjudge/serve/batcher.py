@@ -5,7 +5,8 @@ or ``max_wait_ms`` after the first arrived): every queued request of the first o
 image's group stays whole, past ``max_batch`` if need be, as the judge packs a local run's groups),
 then others in order of arrival up to ``max_batch`` rows. It hands their rows to the judge's stream API in one call
 (the judge groups them by image, so captions of one image share its prefix whichever client sent
-them), and resolves each request's future when its last record is made. The queue is bounded by
+them), and resolves each request's future when its last record is made; a batch the judge fails on
+is judged again request by request, so that the failure reaches only the requests that cause it. The queue is bounded by
 rows: a request that would overflow it is refused (:class:`QueueFull`, answered 429 with
 Retry-After). :meth:`Batcher.close` finishes every request already queued.
 """
@@ -173,14 +174,15 @@ class Batcher:
             jobs = self._take()
             if jobs is None:
                 return
+            now = time.monotonic()
+            for job in jobs:
+                self.metrics.queue_wait.observe(now - job.arrived)
             self._run(jobs)
 
     def _run(self, jobs: list[Job]) -> None:
         rows: list[Any] = []
         owners: list[tuple[Job, int]] = []
-        now = time.monotonic()
         for job in jobs:
-            self.metrics.queue_wait.observe(now - job.arrived)
             for k, row in enumerate(job.rows):
                 rows.append(row)
                 owners.append((job, k))
@@ -188,6 +190,7 @@ class Batcher:
         self.batches += 1
         first = jobs[0]
         t0 = time.perf_counter()
+        failed: Exception | None = None
         try:
             stream = self.judge.score_stream(rows) if first.kind == "score" else self.judge.compare_stream(rows, mode=first.mode)
             for i, record in stream:
@@ -197,16 +200,20 @@ class Batcher:
                 if job.left == 0:
                     job.future.set_result(job.results)
         except Exception as exc:  # noqa: BLE001 - a bug in the judge: the requests say so, the server stays up
-            for job in jobs:
-                if not job.future.done():
-                    job.future.set_exception(exc)
-        finally:
-            seconds = time.perf_counter() - t0
-            self.metrics.batch_seconds.observe(seconds)
-            self._seconds_per_row = seconds / max(1, len(rows))
-            for job in jobs:  # a stream that ended early (never expected): no request waits forever
-                if not job.future.done():
-                    job.future.set_exception(RuntimeError(f"the judge returned {len(job.rows) - job.left} of {len(job.rows)} records"))
+            failed = exc
+        seconds = time.perf_counter() - t0
+        self.metrics.batch_seconds.observe(seconds)
+        self._seconds_per_row = seconds / max(1, len(rows))
+        unanswered = [job for job in jobs if not job.future.done()]
+        if failed is not None and len(jobs) > 1:
+            # One client's row may have broken the batch: each request left unanswered is judged
+            # again alone, so that the failure costs only the requests whose rows cause it.
+            for job in unanswered:
+                job.results, job.left = [None] * len(job.rows), len(job.rows)
+                self._run([job])
+            return
+        for job in unanswered:  # the one request that failed alone, or a stream that ended early (never expected)
+            job.future.set_exception(failed or RuntimeError(f"the judge returned {len(job.rows) - job.left} of {len(job.rows)} records"))
 
 
 __all__ = ["Batcher", "Closed", "Job", "QueueFull", "StreamJudge"]

@@ -1,8 +1,10 @@
 """Running the judge server: the binding rules and uvicorn.
 
 A server listens on loopback unless it has a token: :func:`check_binding` refuses any other host
-without one. uvicorn's graceful shutdown (SIGTERM, SIGINT) stops taking connections, answers every
-request in flight, then the app's batcher finishes its queue. uvicorn logs through the standard
+without one. Its connections are bounded (:mod:`capjudge.serve.connections`: how many, the request
+head's deadline). uvicorn's graceful shutdown (SIGTERM, SIGINT) stops taking connections, drops the
+uploads still arriving after the grace period, answers every request in flight, then the app's
+batcher finishes its queue. uvicorn logs through the standard
 ``logging`` module (no logging config of its own: the command line's handlers, which scrub
 secrets); its access log line names the client, method and path, never a header.
 """
@@ -58,13 +60,35 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def make_server(app: Any, host: str, port: int, *, log_level: str = "warning", graceful_seconds: float | None = None) -> Any:
+def make_server(
+    app: Any, host: str, port: int, *, log_level: str = "warning", graceful_seconds: float | None = None,
+    header_timeout: float | None = None, max_connections: int | None = None,
+) -> Any:
     """A ``uvicorn.Server`` for ``app`` (``server.run()`` serves until SIGTERM / SIGINT or
-    ``server.should_exit = True``; signals are handled only in the main thread)."""
+    ``server.should_exit = True``; signals are handled only in the main thread). It takes at most
+    ``max_connections`` at once (default: :func:`~capjudge.serve.connections.default_max_connections`),
+    closes a connection whose request head takes over ``header_timeout`` seconds (default 10), and
+    at shutdown gives the uploads under way ``graceful_seconds`` (default 5) to arrive."""
     import uvicorn
 
-    config = uvicorn.Config(app, host=host, port=port, log_config=None, log_level=log_level, lifespan="on", timeout_graceful_shutdown=None if graceful_seconds is None else max(1, math.ceil(graceful_seconds)), server_header=False)
-    return uvicorn.Server(config)
+    from capjudge.serve.connections import (
+        DEFAULT_HEADER_TIMEOUT,
+        DEFAULT_UPLOAD_GRACE,
+        GuardedServer,
+        default_max_connections,
+        guarded_protocol,
+    )
+
+    config = uvicorn.Config(
+        app, host=host, port=port, log_config=None, log_level=log_level, lifespan="on", server_header=False,
+        timeout_graceful_shutdown=None if graceful_seconds is None else max(1, math.ceil(graceful_seconds)),
+        http=guarded_protocol(max_connections or default_max_connections()),
+    )
+    state = getattr(app, "state", None)
+    return GuardedServer(
+        config, header_timeout=DEFAULT_HEADER_TIMEOUT if header_timeout is None else header_timeout,
+        uploads=getattr(state, "uploads", None), upload_grace=DEFAULT_UPLOAD_GRACE if graceful_seconds is None else graceful_seconds,
+    )
 
 
 def serve(server: Any) -> None:
