@@ -3,7 +3,9 @@
 
 ``capjudge serve --method M --backend B [--images DIR] [--host H] --port P [--token T]`` serves the
 judge the same options build for ``capjudge score``; the token comes from ``--token`` or
-``$CAPJUDGE_TOKEN`` and is required to listen beyond loopback. With ``--remote URL``, ``score`` and
+``$CAPJUDGE_TOKEN`` and is required to listen beyond loopback. It reads only the images clients send
+inline unless ``--images DIR`` (paths under DIR) or ``--allow-url-images`` (URLs, public addresses
+unless ``--allow-private-urls``) widen it. With ``--remote URL``, ``score`` and
 ``compare`` judge through such a server (:class:`capjudge.serve.RemoteJudge`): the method and the
 backend are the server's, so the options that choose them are refused.
 """
@@ -36,6 +38,9 @@ def register(sub: Any) -> None:
     net.add_argument("--max-queue", type=positive, default=1024, metavar="N", help="rows waiting at most; a request beyond is answered 429 with Retry-After (default 1024)")
     net.add_argument("--max-body-bytes", type=positive, default=None, metavar="B", help="request body cap (default 64 MiB): 413 beyond")
     net.add_argument("--graceful-seconds", type=seconds, default=None, metavar="S", help="on SIGTERM, how long requests in flight may take to finish (default: as long as they need)")
+    reads = p.add_argument_group("what the server reads (default: only images sent inline; paths only under --images DIR)")
+    reads.add_argument("--allow-url-images", action="store_true", help="fetch the http(s) image URLs clients send (public addresses only, each redirect re-checked; one error text for every failure)")
+    reads.add_argument("--allow-private-urls", action="store_true", help="with --allow-url-images: also fetch URLs on loopback, link-local and private addresses (the server's own network)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -51,6 +56,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
     if args.max_wait_ms < 0:
         raise UsageError(f"--max-wait-ms must be 0 or more, got {args.max_wait_ms:g}")
+    if args.allow_private_urls and not args.allow_url_images:
+        raise UsageError("--allow-private-urls widens --allow-url-images: give both (without --allow-url-images the server fetches no URL)")
     try:
         import prometheus_client  # noqa: F401
         import starlette  # noqa: F401
@@ -58,6 +65,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"capjudge serve needs the serve extra: pip install 'capjudge[serve]' ({exc.name} is missing)") from None
     from capjudge.cli.common import preflight
+    from capjudge.imagesources import ImageSources
     from capjudge.serve.app import DEFAULT_MAX_BODY_BYTES, ServeSettings, create_app
     from capjudge.serve.served import ServedJudge, judge_info
     from capjudge.serve.server import make_server, serve
@@ -67,8 +75,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     kwargs = judge_kwargs(args)
     max_batch = args.max_batch or args.batch_size
     kwargs["batch_size"] = max_batch
+    # What clients may make the server read: inline images; paths under --images only; URLs only when allowed.
+    sources = ImageSources.shared(paths=args.images is not None, urls=args.allow_url_images, private_urls=args.allow_private_urls)
     try:
-        judge = ServedJudge(method, args.backend, **kwargs)
+        judge = ServedJudge(method, args.backend, image_sources=sources, **kwargs)
     except ValueError as exc:
         raise UsageError(f"cannot build the judge: {exc}") from exc
     with judge:
