@@ -334,6 +334,14 @@ def test_a_reward_in_a_shared_service_reads_only_what_its_policy_allows(host: Im
     finally:
         wide.close()
     assert host.paths() == ["/cats.jpg"]
+    # The same reward over a judge server: the URL fetched by the reward, sent inline.
+    with serving(images=None) as srv:
+        remote = make_reward(remote=srv.url, image_sources=ImageSources.shared(urls=True, private_urls=True), normalize=False)
+        try:
+            assert remote(prompts=["p"] * 2, completions=["two cats"] * 2, image=cells[:2]) == [None, 85.0]
+        finally:
+            remote.close()
+    assert host.paths() == ["/cats.jpg"] * 2
     # A local reward (the default) reads its own dataset's paths and URLs, as before.
     assert make_reward("vanilla", backend, normalize=False)(**call) == [85.0, 85.0, 85.0]
 

@@ -93,7 +93,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         app = create_app(judge, settings, judge_info(judge))
         server = make_server(app, args.host, args.port, log_level="debug" if args.verbose >= 2 else "info" if args.verbose else "warning", graceful_seconds=args.graceful_seconds)
         if not args.quiet:
-            print(f"capjudge serve: {method.name} on {judge.backend_spec}, http://{args.host}:{args.port} (token: {'yes' if token else 'none, loopback only'})", file=sys.stderr)
+            reads = "inline" + (f", paths under {args.images}" if args.images else "") + (", URLs" + (" (private addresses too)" if args.allow_private_urls else " (public addresses)") if args.allow_url_images else "")
+            print(f"capjudge serve: {method.name} on {judge.backend_spec}, http://{args.host}:{args.port} (token: {'yes' if token else 'none, loopback only'}; images: {reads})", file=sys.stderr)
         serve(server)
     return 0
 

@@ -8,6 +8,7 @@ such an item becomes a :class:`Skip` that names the cause, and its reward is ``N
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -145,8 +146,9 @@ def admitted(image: Any, sources: ImageSources) -> Any:
 
 
 def fetched(items: list[Sample | Skip], sources: ImageSources, limits: ImageLimits) -> list[Sample | Skip]:
-    """``items`` with each URL image downloaded under ``sources`` (its bytes, or a :class:`Skip`
-    with the download's error), the URLs of the call fetched together."""
+    """``items`` with each URL image downloaded under ``sources`` (a ``data:`` URL of its bytes,
+    an inline image every judge takes, a remote one included; or a :class:`Skip` with the
+    download's error), the URLs of the call fetched together."""
     urls = [s.image for s in items if isinstance(s, Sample) and isinstance(s.image, str) and s.image.startswith(("http://", "https://"))]
     if not urls:
         return items
@@ -155,10 +157,14 @@ def fetched(items: list[Sample | Skip], sources: ImageSources, limits: ImageLimi
     for item in items:
         if isinstance(item, Sample) and isinstance(item.image, str) and item.image in got:
             body = got[item.image]
-            out.append(dataclasses.replace(item, image=body) if isinstance(body, bytes) else Skip(str(body)))
+            out.append(dataclasses.replace(item, image=_data_url(body)) if isinstance(body, bytes) else Skip(str(body)))
         else:
             out.append(item)
     return out
+
+
+def _data_url(data: bytes) -> str:
+    return "data:application/octet-stream;base64," + base64.b64encode(data).decode("ascii")
 
 
 def _column(columns: Mapping[str, Any], name: str, n: int) -> Sequence[Any]:
