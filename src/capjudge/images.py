@@ -9,7 +9,9 @@ as it is loaded (a JPEG is decoded at a reduced size, never in full; other forma
 at a time and shrunk at once), its encoded bytes replaced by the smaller picture's (so every backend
 sees the same pixels, and the content hash, hence the cache key, is that of what was sent), or
 refused with ``oversize="refuse"``. Remote images are downloaded with a size cap and an overall
-deadline. With ``root`` and ``confine=True`` a path that leaves ``root`` is refused.
+deadline. With ``root`` and ``confine=True`` a path that leaves ``root`` is refused. Which inputs
+are read at all is the policy of :class:`~capjudge.imagesources.ImageSources` (a local run: every
+path and URL; a shared judge: inline images unless its operator widened it), checked here.
 """
 
 from __future__ import annotations
@@ -20,16 +22,22 @@ import io
 import math
 import threading
 import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from capjudge.errors import SampleFailure
-from capjudge.redact import stable
+from capjudge.imagesources import LOCAL_SOURCES, MAX_REDIRECTS, AddressRefused, ImageSources, pinned
+from capjudge.redact import get_logger, stable
 from capjudge.types import ImageInput, image_label
 
 if TYPE_CHECKING:
     from PIL import Image as PILImage
+
+
+log = get_logger("capjudge.images")
 
 
 class ImageError(SampleFailure):
@@ -225,16 +233,72 @@ def _encoded(img: PILImage.Image, fmt: str | None) -> tuple[bytes, str]:
     return buf.getvalue(), "image/png"
 
 
-def download(url: str, limits: ImageLimits = DEFAULT_LIMITS) -> bytes:
+FETCH_WORKERS = 8
+"""Downloads of one request (:func:`fetch_many`, a server's door) run at once."""
+
+REQUEST_DEADLINE_FACTOR = 2.0
+"""The images of one request are all fetched within this many times ``limits.download_timeout``."""
+
+
+def download(url: str, limits: ImageLimits = DEFAULT_LIMITS, sources: ImageSources = LOCAL_SOURCES) -> bytes:
     """The body at ``url``: at most ``limits.max_download_bytes`` (a larger ``Content-Length`` is
     refused before the body is read) within ``limits.download_timeout`` seconds for the whole
-    download, however slowly the server sends it. Raises :class:`ImageError` naming the URL."""
+    download, however slowly the server sends it. Raises :class:`ImageError` naming the URL.
+
+    Under a policy that refuses private addresses (``sources.private_urls`` false), each hop's host
+    is resolved once and checked, the connection goes to that checked address (no proxy), and
+    redirects are followed one at a time (at most :data:`~capjudge.imagesources.MAX_REDIRECTS`),
+    each re-checked. With ``sources.neutral_errors`` every failure has one text (the cause is
+    logged at debug level, on this side only)."""
+    try:
+        return _download(url, limits, sources)
+    except ImageError as exc:
+        if not sources.neutral_errors:
+            raise
+        log.debug("image URL not fetched: %s", exc)
+        raise ImageError(neutral_fetch_error(url)) from None
+
+
+def neutral_fetch_error(url: str) -> str:
+    """The one text of a failed fetch under a policy with ``neutral_errors``."""
+    return f"image {url!r} could not be fetched: refused, unreachable, not found, too large or too slow (a shared judge does not say which)"
+
+
+def fetch_many(urls: Iterable[str], limits: ImageLimits, sources: ImageSources, *, deadline: float) -> dict[str, bytes | ImageError]:
+    """Each of ``urls`` downloaded (:func:`download`), :data:`FETCH_WORKERS` at a time, each within
+    ``limits.download_timeout`` and all of them within ``deadline`` seconds: a URL not done by then
+    gets its error (its download stops at its own deadline)."""
+    todo = list(dict.fromkeys(urls))
+    if not todo:
+        return {}
+    pool = ThreadPoolExecutor(max_workers=min(FETCH_WORKERS, len(todo)), thread_name_prefix="capjudge-image-fetch")
+    futures = {pool.submit(download, url, limits, sources): url for url in todo}
+    wait(futures, timeout=deadline)
+    pool.shutdown(wait=False, cancel_futures=True)
+    return {url: fetch_outcome(url, future, sources, deadline) for future, url in futures.items()}
+
+
+def fetch_outcome(url: str, future: Any, sources: ImageSources, deadline: float) -> bytes | ImageError:
+    """What a download's future (a ``concurrent.futures.Future`` or an ``asyncio`` task) gave:
+    its bytes, its error, or, not done within ``deadline``, the error saying so."""
+    if not future.done() or future.cancelled():
+        future.cancel()
+        late = f"image {url!r} could not be downloaded: the request's images were not all complete within {deadline:g} s"
+        return ImageError(neutral_fetch_error(url) if sources.neutral_errors else late)
+    exc = future.exception()
+    if exc is None:
+        body: bytes = future.result()
+        return body
+    return exc if isinstance(exc, ImageError) else ImageError(f"image {url!r} could not be downloaded: {type(exc).__name__}")
+
+
+def _download(url: str, limits: ImageLimits, sources: ImageSources) -> bytes:
     box: dict[str, object] = {}
     stop = threading.Event()
     deadline = time.monotonic() + limits.download_timeout
     # The transfer runs in a helper thread, so that the caller is answered at the deadline even
     # while a read waits on a silent server; the helper then stops at its next chunk or read timeout.
-    worker = threading.Thread(target=_fetch_into, args=(url, limits, deadline, stop, box), name="capjudge-image-download", daemon=True)
+    worker = threading.Thread(target=_fetch_into, args=(url, limits, sources, deadline, stop, box), name="capjudge-image-download", daemon=True)
     worker.start()
     worker.join(max(0.0, deadline - time.monotonic()) + 0.05)
     if worker.is_alive():
@@ -248,25 +312,16 @@ def download(url: str, limits: ImageLimits = DEFAULT_LIMITS) -> bytes:
     return body
 
 
-def _fetch_into(url: str, limits: ImageLimits, deadline: float, stop: threading.Event, box: dict[str, object]) -> None:
+def _fetch_into(url: str, limits: ImageLimits, sources: ImageSources, deadline: float, stop: threading.Event, box: dict[str, object]) -> None:
     import httpx
 
-    cap = limits.max_download_bytes
-    too_large = f"image {url!r} could not be downloaded: larger than {cap:,} bytes (--max-image-bytes)"
     try:
-        with httpx.stream("GET", url, timeout=httpx.Timeout(limits.download_timeout), follow_redirects=True) as resp:
-            resp.raise_for_status()
-            declared = resp.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > cap:
-                raise ImageError(too_large + f": the server announces {int(declared):,}")
-            body = bytearray()
-            for chunk in resp.iter_bytes():  # decoded: a compressed body is counted as it unpacks
-                body += chunk
-                if len(body) > cap:
-                    raise ImageError(too_large)
-                if stop.is_set() or time.monotonic() > deadline:
-                    raise ImageError(f"image {url!r} could not be downloaded: not complete within {limits.download_timeout:g} s (--image-timeout)")
-        box["body"] = bytes(body)
+        if sources.private_urls:
+            with httpx.stream("GET", url, timeout=httpx.Timeout(limits.download_timeout), follow_redirects=True) as resp:
+                box["body"] = _body(resp, url, limits, deadline, stop)
+        else:
+            with httpx.Client(timeout=httpx.Timeout(limits.download_timeout), follow_redirects=False, trust_env=False) as client:
+                box["body"] = _checked_get(client, url, limits, deadline, stop)
     except ImageError as exc:
         box["error"] = exc
     except httpx.TimeoutException:
@@ -277,6 +332,42 @@ def _fetch_into(url: str, limits: ImageLimits, deadline: float, stop: threading.
         box["error"] = ImageError(f"image {url!r} could not be downloaded: {stable(str(exc))}")
     except Exception as exc:  # noqa: BLE001 - reported to the caller as the image's error
         box["error"] = ImageError(f"image {url!r} could not be downloaded: {type(exc).__name__}: {stable(str(exc))}")
+
+
+def _checked_get(client: Any, url: str, limits: ImageLimits, deadline: float, stop: threading.Event) -> bytes:
+    """The body at ``url``, each hop connected to its host's checked address, redirects re-checked."""
+    import httpx
+
+    target = httpx.URL(url)
+    for _ in range(MAX_REDIRECTS + 1):
+        try:
+            where, headers, extensions = pinned(target)
+        except AddressRefused as exc:
+            raise ImageError(f"image {url!r} could not be downloaded: {exc}") from None
+        with client.stream("GET", where, headers=headers, extensions=extensions) as resp:
+            if resp.is_redirect:
+                target = target.join(resp.headers["location"])
+                continue
+            return _body(resp, url, limits, deadline, stop)
+    raise ImageError(f"image {url!r} could not be downloaded: more than {MAX_REDIRECTS} redirects")
+
+
+def _body(resp: Any, url: str, limits: ImageLimits, deadline: float, stop: threading.Event) -> bytes:
+    """A response's body within the size cap and the deadline (an error status raises)."""
+    cap = limits.max_download_bytes
+    too_large = f"image {url!r} could not be downloaded: larger than {cap:,} bytes (--max-image-bytes)"
+    resp.raise_for_status()
+    declared = resp.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > cap:
+        raise ImageError(too_large + f": the server announces {int(declared):,}")
+    body = bytearray()
+    for chunk in resp.iter_bytes():  # decoded: a compressed body is counted as it unpacks
+        body += chunk
+        if len(body) > cap:
+            raise ImageError(too_large)
+        if stop.is_set() or time.monotonic() > deadline:
+            raise ImageError(f"image {url!r} could not be downloaded: not complete within {limits.download_timeout:g} s (--image-timeout)")
+    return bytes(body)
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -295,6 +386,7 @@ def load_image(
     decode: bool = True,
     limits: ImageLimits = DEFAULT_LIMITS,
     confine: bool = False,
+    sources: ImageSources = LOCAL_SOURCES,
 ) -> LoadedImage:
     """Read an image input into a :class:`LoadedImage`.
 
@@ -302,8 +394,10 @@ def load_image(
     an absolute path, a symlink pointing outside) is refused. With ``decode=True`` the bytes are
     decoded at once so that a corrupt file fails here, naming the file, rather than deep inside a
     model call; a picture above ``limits.max_pixels`` is then downscaled (``original_size`` says
-    from what) or refused. Raises :class:`ImageError` for a missing, unreadable, corrupt, refused
-    or outside image.
+    from what) or refused. ``sources`` says which paths and URLs are read at all; a URL it checks
+    (:attr:`~capjudge.imagesources.ImageSources.checks_urls`) is downloaded here, under its address
+    check, else left to a local backend's lazy download. Raises :class:`ImageError` for a missing,
+    unreadable, corrupt, refused or outside image.
     """
     if isinstance(image, LoadedImage):
         return image
@@ -313,9 +407,14 @@ def load_image(
         data = bytes(image)
     elif isinstance(image, (str, Path)):
         s = str(image)
+        refusal = sources.refusal(s)
+        if refusal is not None:
+            raise ImageError(refusal)
         if s.startswith(("http://", "https://")):
-            return LoadedImage(sha256=hashlib.sha256(s.encode()).hexdigest(), label=s, url=s, limits=limits)
-        if s.startswith("data:"):
+            if not sources.checks_urls:
+                return LoadedImage(sha256=hashlib.sha256(s.encode()).hexdigest(), label=s, url=s, limits=limits)
+            data = download(s, limits, sources)
+        elif s.startswith("data:"):
             try:
                 header, b64 = s.split(",", 1)
                 data = base64.b64decode(b64, validate=False)

@@ -3,7 +3,9 @@
 
 ``capjudge serve --method M --backend B [--images DIR] [--host H] --port P [--token T]`` serves the
 judge the same options build for ``capjudge score``; the token comes from ``--token`` or
-``$CAPJUDGE_TOKEN`` and is required to listen beyond loopback. With ``--remote URL``, ``score`` and
+``$CAPJUDGE_TOKEN`` and is required to listen beyond loopback. It reads only the images clients send
+inline unless ``--images DIR`` (paths under DIR) or ``--allow-url-images`` (URLs, public addresses
+unless ``--allow-private-urls``) widen it. With ``--remote URL``, ``score`` and
 ``compare`` judge through such a server (:class:`capjudge.serve.RemoteJudge`): the method and the
 backend are the server's, so the options that choose them are refused.
 """
@@ -41,6 +43,9 @@ def register(sub: Any) -> None:
     net.add_argument("--header-timeout", type=seconds, default=None, metavar="S", help="a connection that sends no complete request head in S seconds is closed (default 10)")
     net.add_argument("--body-timeout", type=seconds, default=None, metavar="S", help="a request body must arrive within S seconds of its head: 408 otherwise (default 60)")
     net.add_argument("--max-connections", type=positive, default=None, metavar="N", help="connections at once; one beyond is answered 503 and closed (default 1000, or half the open-file limit when lower)")
+    reads = p.add_argument_group("what the server reads (default: only images sent inline; paths only under --images DIR)")
+    reads.add_argument("--allow-url-images", action="store_true", help="fetch the http(s) image URLs clients send (public addresses only, each redirect re-checked; one error text for every failure)")
+    reads.add_argument("--allow-private-urls", action="store_true", help="with --allow-url-images: also fetch URLs on loopback, link-local and private addresses (the server's own network)")
     p.set_defaults(func=cmd_serve)
 
 
@@ -61,6 +66,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     for name in args.allowed_host:
         if not is_host_name(name):
             raise UsageError(f"--allowed-host {name!r}: give a host name or address as clients send it in Host (judge.lab.example, 10.0.0.5), with no scheme, path or wildcard")
+    if args.allow_private_urls and not args.allow_url_images:
+        raise UsageError("--allow-private-urls widens --allow-url-images: give both (without --allow-url-images the server fetches no URL)")
     try:
         import prometheus_client  # noqa: F401
         import starlette  # noqa: F401
@@ -68,6 +75,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"capjudge serve needs the serve extra: pip install 'capjudge[serve]' ({exc.name} is missing)") from None
     from capjudge.cli.common import preflight
+    from capjudge.imagesources import ImageSources
     from capjudge.serve.app import (
         DEFAULT_BODY_TIMEOUT,
         DEFAULT_MAX_BODY_BYTES,
@@ -83,8 +91,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     kwargs = judge_kwargs(args)
     max_batch = args.max_batch or args.batch_size
     kwargs["batch_size"] = max_batch
+    # What clients may make the server read: inline images; paths under --images only; URLs only when allowed.
+    sources = ImageSources.shared(paths=args.images is not None, urls=args.allow_url_images, private_urls=args.allow_private_urls)
     try:
-        judge = ServedJudge(method, args.backend, **kwargs)
+        judge = ServedJudge(method, args.backend, image_sources=sources, **kwargs)
     except ValueError as exc:
         raise UsageError(f"cannot build the judge: {exc}") from exc
     with judge:
@@ -104,7 +114,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             header_timeout=args.header_timeout, max_connections=args.max_connections,
         )
         if not args.quiet:
-            print(f"capjudge serve: {method.name} on {judge.backend_spec}, http://{args.host}:{args.port} (token: {'yes' if token else 'none, loopback only'})", file=sys.stderr)
+            reads = "inline" + (f", paths under {args.images}" if args.images else "") + (", URLs" + (" (private addresses too)" if args.allow_private_urls else " (public addresses)") if args.allow_url_images else "")
+            print(f"capjudge serve: {method.name} on {judge.backend_spec}, http://{args.host}:{args.port} (token: {'yes' if token else 'none, loopback only'}; images: {reads})", file=sys.stderr)
         serve(server)
     return 0
 

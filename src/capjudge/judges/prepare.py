@@ -14,6 +14,7 @@ from typing import Any
 
 from capjudge.errors import SampleFailure
 from capjudge.images import ImageError, ImageLimits, LoadedImage, load_image
+from capjudge.imagesources import LOCAL_SOURCES, ImageSources
 from capjudge.prompts.registry import Method
 from capjudge.types import Sample, image_label
 
@@ -43,9 +44,13 @@ def sample_id(sample: Sample, index: int) -> str:
 
 
 def image_key(image: Any) -> Any:
-    """A cheap grouping key for an image input before it is loaded (path text, bytes, object id)."""
-    if isinstance(image, (str, Path)):
+    """A cheap grouping key for an image input before it is loaded (path text, bytes, object id).
+    A ``str`` subclass (a server's inline image, keyed by its content) is keyed by its type too, so
+    that no plain string equal to its text shares its load."""
+    if type(image) is str or isinstance(image, Path):
         return ("path", str(image))
+    if isinstance(image, str):
+        return (type(image), str(image))
     if isinstance(image, (bytes, bytearray)):
         return ("bytes", bytes(image))  # exact: the key also memoises the decoded image
     if isinstance(image, LoadedImage):
@@ -53,10 +58,10 @@ def image_key(image: Any) -> Any:
     return ("object", id(image)) if image is not None else None
 
 
-def load_sample_image(image: Any, *, root: str | Path | None, limits: ImageLimits, confine: bool) -> LoadedImage | str:
-    """The image loaded (read, hashed, decoded), or the error text its samples get."""
+def load_sample_image(image: Any, *, root: str | Path | None, limits: ImageLimits, confine: bool, sources: ImageSources = LOCAL_SOURCES) -> LoadedImage | str:
+    """The image loaded (read, hashed, decoded) as ``sources`` allows, or the error text its samples get."""
     try:
-        return load_image(image, root=root, limits=limits, confine=confine)
+        return load_image(image, root=root, limits=limits, confine=confine, sources=sources)
     except ImageError as exc:
         return str(exc)
     except Exception as exc:  # noqa: BLE001 - any unreadable input becomes a record

@@ -24,6 +24,7 @@ _LAZY = {
     "CaptionReward": "capjudge.reward.core",
     "AsyncCaptionReward": "capjudge.reward.core",
     "RewardJudge": "capjudge.reward.core",
+    "ImageSources": "capjudge.imagesources",
 }
 
 __all__ = sorted(_LAZY)

@@ -8,12 +8,15 @@ to the judge together, so the G completions of one image are one image group (on
 
 from __future__ import annotations
 
+import asyncio
 import math
 import re
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
+from capjudge.images import DEFAULT_LIMITS
+from capjudge.imagesources import LOCAL_SOURCES, ImageSources
 from capjudge.redact import get_logger, stable
 from capjudge.reward.batching import CallBatcher
 from capjudge.reward.inputs import CaptionFrom, Skip, build_samples
@@ -59,8 +62,11 @@ class CaptionReward:
         caption_from: CaptionFrom | None = None,
         name: str | None = None,
         owns_judge: bool = False,
+        image_sources: ImageSources = LOCAL_SOURCES,
     ) -> None:
         self.judge = judge
+        self.image_sources = image_sources
+        """Which image cells are read (:class:`~capjudge.imagesources.ImageSources`)."""
         self.normalize = bool(normalize)
         self.image_column = image_column
         self.references_column = references_column
@@ -90,7 +96,10 @@ class CaptionReward:
         if prompts is not None and len(prompts) != len(completions):
             raise ValueError(f"prompts ({len(prompts)}) and completions ({len(completions)}) differ in length")
         columns = {k: v for k, v in kwargs.items() if k not in TRL_ARGUMENTS}
-        return build_samples(completions, columns, image_column=self.image_column, references_column=self.references_column, caption_from=self.caption_from)
+        return build_samples(
+            completions, columns, image_column=self.image_column, references_column=self.references_column, caption_from=self.caption_from,
+            sources=self.image_sources, limits=getattr(self.judge, "image_limits", DEFAULT_LIMITS),
+        )
 
     def score(self, samples: Sequence[Sample]) -> list[ScoreResult]:
         """The judge's results of ``samples``, in order (one judge call at a time)."""
@@ -159,7 +168,10 @@ class AsyncCaptionReward(CaptionReward):
 
     async def __call__(self, prompts: Sequence[Any] | None = None, completions: Sequence[Any] | None = None, completion_ids: Any = None, **kwargs: Any) -> list[float | None]:  # type: ignore[override]
         """TRL's reward-function call, awaited: one reward (or ``None``) per completion."""
-        items = self.samples(prompts, completions, kwargs)
+        if self.image_sources.checks_urls:  # its URL images are downloaded: not on the event loop
+            items = await asyncio.to_thread(self.samples, prompts, completions, kwargs)
+        else:
+            items = self.samples(prompts, completions, kwargs)
         results = await self.batcher.submit([s for s in items if isinstance(s, Sample)])
         return self.rewards(items, results)
 

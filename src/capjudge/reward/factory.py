@@ -13,6 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from capjudge.imagesources import LOCAL_SOURCES, ImageSources
 from capjudge.reward.core import AsyncCaptionReward, CaptionReward, RewardJudge
 from capjudge.reward.inputs import CaptionFrom
 
@@ -87,6 +88,7 @@ def make_reward(
     name: str | None = None,
     remote: str | None = None,
     token: str | None = None,
+    image_sources: ImageSources = LOCAL_SOURCES,
     **judge_options: Any,
 ) -> CaptionReward:
     """A TRL reward function that scores each completion (a caption) of an image with a judge.
@@ -121,12 +123,23 @@ def make_reward(
         ``method``, when given, must be the one it serves) and its token (default
         ``$CAPJUDGE_TOKEN``); ``judge_options`` then go to :class:`capjudge.serve.RemoteJudge`
         (``images_root``, ``batch_size``, ...).
+    image_sources:
+        Which image cells are read (:class:`capjudge.imagesources.ImageSources`). The default
+        reads every path and URL a cell names, as a local run does: right for a training job's own
+        dataset. A reward inside a service that takes other people's requests should pass
+        ``ImageSources.shared()`` (inline images only: bytes, PIL images, ``data:`` URLs), widened
+        with ``paths=True`` (with ``images_root`` to confine them) or ``urls=True`` (public
+        addresses, each redirect re-checked; ``private_urls=True`` also private ones): a refused
+        cell's reward is ``None``, its cause logged.
     judge_options:
         Options of :class:`capjudge.Judge` (``images_root``, ``batch_size``, ``system``,
         ``method_options``, ``backend_options``, ``preset``, image limits, ...).
     """
     chosen, owns = _options(method, backend, judge, cache, judge_options, remote, token)
-    return CaptionReward(chosen, normalize=normalize, image_column=image_column, references_column=references_column, caption_from=caption_from, name=name, owns_judge=owns)
+    return CaptionReward(
+        chosen, normalize=normalize, image_column=image_column, references_column=references_column, caption_from=caption_from, name=name, owns_judge=owns,
+        image_sources=image_sources,
+    )
 
 
 def make_async_reward(
@@ -144,15 +157,17 @@ def make_async_reward(
     token: str | None = None,
     batch_window: float = 0.01,
     max_batch: int = 256,
+    image_sources: ImageSources = LOCAL_SOURCES,
     **judge_options: Any,
 ) -> AsyncCaptionReward:
     """:func:`make_reward` as an ``async`` reward function (TRL awaits it). Concurrent calls that
     arrive within ``batch_window`` seconds are judged as one batch of at most ``max_batch``
-    completions (sent at once when full); batches run one at a time in a worker thread."""
+    completions (sent at once when full); batches run one at a time in a worker thread. The URL
+    images that ``image_sources`` fetches are downloaded in a thread, off the event loop."""
     chosen, owns = _options(method, backend, judge, cache, judge_options, remote, token)
     return AsyncCaptionReward(
         chosen, batch_window=batch_window, max_batch=max_batch, normalize=normalize, image_column=image_column,
-        references_column=references_column, caption_from=caption_from, name=name, owns_judge=owns,
+        references_column=references_column, caption_from=caption_from, name=name, owns_judge=owns, image_sources=image_sources,
     )
 
 

@@ -8,11 +8,15 @@ such an item becomes a :class:`Skip` that names the cause, and its reward is ``N
 
 from __future__ import annotations
 
+import base64
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from capjudge.images import DEFAULT_LIMITS, REQUEST_DEADLINE_FACTOR, ImageLimits, fetch_many
+from capjudge.imagesources import LOCAL_SOURCES, ImageSources
 from capjudge.types import Sample
 
 IMAGE_COLUMNS = ("image", "images")
@@ -102,8 +106,12 @@ def build_samples(
     image_column: str | None,
     references_column: str | None,
     caption_from: CaptionFrom | None,
+    sources: ImageSources = LOCAL_SOURCES,
+    limits: ImageLimits = DEFAULT_LIMITS,
 ) -> list[Sample | Skip]:
-    """One :class:`Sample` (or :class:`Skip`) per completion, in order."""
+    """One :class:`Sample` (or :class:`Skip`) per completion, in order. An image path or URL that
+    ``sources`` does not read is a :class:`Skip` naming the cause; the URLs it checks are fetched
+    here (concurrently, within ``limits``) and handed on as bytes."""
     n = len(completions)
     name = image_column_of(columns, image_column)
     images = _column(columns, name, n)
@@ -118,14 +126,45 @@ def build_samples(
             except Exception as exc:  # noqa: BLE001 - a user function failing on one completion
                 picked = Skip(f"caption_from raised {type(exc).__name__}: {exc}")
             text = picked if isinstance(picked, (str, Skip)) else Skip("caption_from found no caption")
-        image = image_of(images[i])
+        image = admitted(image_of(images[i]), sources)
         if isinstance(text, Skip):
             out.append(text)
         elif isinstance(image, Skip):
             out.append(image)
         else:
             out.append(Sample(image, text, references=_references(refs[i] if refs is not None else None), id=str(i)))
+    return fetched(out, sources, limits) if sources.checks_urls else out
+
+
+def admitted(image: Any, sources: ImageSources) -> Any:
+    """``image`` when ``sources`` reads it, else a :class:`Skip` naming the cause (paths, URLs)."""
+    if isinstance(image, (str, Path)):
+        refusal = sources.refusal(str(image))
+        if refusal is not None:
+            return Skip(refusal)
+    return image
+
+
+def fetched(items: list[Sample | Skip], sources: ImageSources, limits: ImageLimits) -> list[Sample | Skip]:
+    """``items`` with each URL image downloaded under ``sources`` (a ``data:`` URL of its bytes,
+    an inline image every judge takes, a remote one included; or a :class:`Skip` with the
+    download's error), the URLs of the call fetched together."""
+    urls = [s.image for s in items if isinstance(s, Sample) and isinstance(s.image, str) and s.image.startswith(("http://", "https://"))]
+    if not urls:
+        return items
+    got = fetch_many(urls, limits, sources, deadline=REQUEST_DEADLINE_FACTOR * limits.download_timeout)
+    out: list[Sample | Skip] = []
+    for item in items:
+        if isinstance(item, Sample) and isinstance(item.image, str) and item.image in got:
+            body = got[item.image]
+            out.append(dataclasses.replace(item, image=_data_url(body)) if isinstance(body, bytes) else Skip(str(body)))
+        else:
+            out.append(item)
     return out
+
+
+def _data_url(data: bytes) -> str:
+    return "data:application/octet-stream;base64," + base64.b64encode(data).decode("ascii")
 
 
 def _column(columns: Mapping[str, Any], name: str, n: int) -> Sequence[Any]:
@@ -144,4 +183,4 @@ def _references(value: Any) -> tuple[str, ...]:
     return tuple(str(v) for v in value)
 
 
-__all__ = ["IMAGE_COLUMNS", "CaptionFrom", "Skip", "build_samples", "completion_text", "image_column_of", "image_of", "message_text"]
+__all__ = ["IMAGE_COLUMNS", "CaptionFrom", "Skip", "admitted", "build_samples", "completion_text", "fetched", "image_column_of", "image_of", "message_text"]

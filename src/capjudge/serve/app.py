@@ -35,6 +35,7 @@ from starlette.routing import Route
 from capjudge.redact import register_secret, scrub
 from capjudge.serve.batcher import Batcher, Closed, QueueFull
 from capjudge.serve.body import BodyError, Uploads, read_json
+from capjudge.serve.fetched import fetch_url_images
 from capjudge.serve.hosts import LOOPBACK_RULE, HostGuard, HostRule
 from capjudge.serve.metrics import Metrics
 from capjudge.serve.rows import check_rows
@@ -138,6 +139,7 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
 
     async def judged(route: str, kind: str, rows: list[Any], mode: str | None = None) -> list[Any]:
         rows = [row_from_wire(r, settings.max_image_bytes) for r in rows]
+        rows = await fetch_url_images(judge, rows)  # URL images downloaded before the queue, never on its worker
         try:
             future = running().submit(kind, rows, mode)
         except QueueFull as exc:

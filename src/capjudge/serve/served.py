@@ -9,8 +9,10 @@ from typing import Any
 
 from capjudge._version import __version__
 from capjudge.images import ImageError, LoadedImage, load_image
+from capjudge.imagesources import ImageSources
 from capjudge.judges.judge import Judge
 from capjudge.judges.pairwise import run_fields
+from capjudge.judges.prepare import load_sample_image
 from capjudge.serve.wire import InlineImage
 from capjudge.types import image_label
 
@@ -18,12 +20,22 @@ from capjudge.types import image_label
 class ServedJudge(Judge):
     """A :class:`Judge` whose samples may carry their image's bytes (or the client's error reading
     it): such an image is decoded here under the judge's image limits, and named by the name the
-    client gave, so that records and error texts say what a local run of the same judge says."""
+    client gave, so that records and error texts say what a local run of the same judge says.
+
+    Any other image a client names is read only as ``image_sources`` allows (default: paths under
+    ``images_root`` when it is given, confined to it, no URL: :meth:`ImageSources.shared`); the
+    server fetches the URLs it allows before a request is queued (:mod:`capjudge.serve.fetched`).
+    """
+
+    def __init__(self, *args: Any, image_sources: ImageSources | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.image_sources = image_sources if image_sources is not None else ImageSources.shared(paths=self.images_root is not None)
+        """What the server reads and fetches of the images clients name."""
 
     def load_image(self, image: Any) -> LoadedImage | str:
         """The image loaded, or the error text its samples get (inline images included)."""
         if not isinstance(image, InlineImage):
-            return super().load_image(image)
+            return load_sample_image(image, root=self.images_root, limits=self.image_limits, confine=not self.allow_outside_images, sources=self.image_sources)
         if image.error is not None:
             return image.error
         name = image.name

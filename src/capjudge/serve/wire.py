@@ -4,10 +4,12 @@ A sample or pair on the wire is the input row (``image``, ``caption`` or ``capti
 ``caption_b``, ``references``, ``id``) with, where the client read the image itself, its bytes in
 ``image_b64`` (base64; ``image`` is then only the image's name, as records show it) or the reason it
 could not be read in ``image_error`` (the record then says what a local run says). Without either,
-``image`` is an ``http(s)`` or ``data:`` URL, or a path under the server's ``--images``.
+``image`` is a ``data:`` URL, or an ``http(s)`` URL or a path that the server reads only as its
+:class:`~capjudge.imagesources.ImageSources` allows (``--allow-url-images``, ``--images``).
 
-On the server, such an image becomes an :class:`InlineImage` carrying the bytes or the error; the
-records name it by the client's name (what a local run shows).
+On the server, such an image becomes an :class:`InlineImage` carrying the bytes or the error (a
+``data:`` URL too, under the same size cap as ``image_b64``); the records name it by the client's
+name (what a local run shows).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.images import ImageError, ImageLimits, load_image
+from capjudge.types import image_label
 
 MAX_ERROR_CHARS = 2000
 """An ``image_error`` sent by a client is cut to this length."""
@@ -109,6 +112,9 @@ def row_from_wire(item: Any, max_image_bytes: int) -> Any:
         return item
     row = {k: item[k] for k in ROW_FIELDS if k in item}
     if "image_b64" not in item and "image_error" not in item:
+        image = row.get("image")
+        if isinstance(image, str) and image.startswith("data:"):
+            row["image"] = data_url_image(image, max_image_bytes)
         return row
     name = row.get("image")
     name = name if isinstance(name, str) else "<inline image>"
@@ -120,16 +126,31 @@ def row_from_wire(item: Any, max_image_bytes: int) -> Any:
     if not isinstance(b64, str):
         row["image"] = InlineImage(name, error=f"image {name!r}: image_b64 is not a base64 string")
         return row
-    if len(b64) * 3 // 4 > max_image_bytes + 3:
-        row["image"] = InlineImage(name, error=f"image {name!r} is over the server's size cap of {max_image_bytes:,} bytes: refused")
-        return row
-    try:
-        data = base64.b64decode(b64, validate=True)
-    except (binascii.Error, ValueError):
-        row["image"] = InlineImage(name, error=f"image {name!r}: image_b64 is not valid base64")
-        return row
-    row["image"] = InlineImage(name, data=data)
+    row["image"] = _inline(name, b64, max_image_bytes, "image_b64", strict=True)
     return row
+
+
+def data_url_image(url: str, max_image_bytes: int) -> InlineImage:
+    """A ``data:`` URL image as an :class:`InlineImage` under the same size cap as ``image_b64``,
+    named as a local run's records name it (its first characters)."""
+    name = image_label(url)
+    _, comma, b64 = url.partition(",")
+    if not comma:
+        return InlineImage(name, error=f"image {name!r}: the data URL has no ',' before its data")
+    return _inline(name, b64, max_image_bytes, "the data URL", strict=False)
+
+
+def _inline(name: str, b64: str, max_image_bytes: int, what: str, *, strict: bool) -> InlineImage:
+    """The image of base64 text, or its error: over the cap (checked before decoding) or not base64."""
+    if len(b64) * 3 // 4 > max_image_bytes + 3:
+        return InlineImage(name, error=f"image {name!r} is over the server's size cap of {max_image_bytes:,} bytes: refused")
+    try:
+        data = base64.b64decode(b64, validate=strict)
+    except (binascii.Error, ValueError):
+        return InlineImage(name, error=f"image {name!r}: {what} is not valid base64")
+    if len(data) > max_image_bytes:  # lenient decoding skips characters: the bytes decide
+        return InlineImage(name, error=f"image {name!r} is over the server's size cap of {max_image_bytes:,} bytes: refused")
+    return InlineImage(name, data=data)
 
 
 def items_of(body: Any, field: str) -> list[Any]:
@@ -142,4 +163,4 @@ def items_of(body: Any, field: str) -> list[Any]:
     return items
 
 
-__all__ = ["INLINE_PREFIX", "InlineImage", "ROW_FIELDS", "WireError", "items_of", "named", "row_from_wire", "row_to_wire"]
+__all__ = ["INLINE_PREFIX", "InlineImage", "ROW_FIELDS", "WireError", "data_url_image", "items_of", "named", "row_from_wire", "row_to_wire"]
