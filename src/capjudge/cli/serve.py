@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from capjudge.cli.common import add_common, judge_kwargs, method_with_template, positive, seconds
@@ -36,11 +37,25 @@ def register(sub: Any) -> None:
     net.add_argument("--max-queue", type=positive, default=1024, metavar="N", help="rows waiting at most; a request beyond is answered 429 with Retry-After (default 1024)")
     net.add_argument("--max-body-bytes", type=positive, default=None, metavar="B", help="request body cap (default 64 MiB): 413 beyond")
     net.add_argument("--graceful-seconds", type=seconds, default=None, metavar="S", help="on SIGTERM, how long requests in flight may take to finish (default: as long as they need)")
+    net.add_argument("--ready-file", default=None, metavar="PATH", help="write the server's URL to PATH once it listens (removed when it stops; an old one is removed at the start): scripts wait for it before sending requests")
     p.set_defaults(func=cmd_serve)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """``capjudge serve``."""
+    """``capjudge serve``: exit 0 when SIGTERM stopped it, whether it was serving or still loading."""
+    from capjudge.serve.server import Terminated, terminate_quietly
+
+    if args.ready_file is not None:
+        Path(args.ready_file).unlink(missing_ok=True)  # an old one must not say this server is ready
+    try:
+        with terminate_quietly():
+            return _serve(args)
+    except Terminated:
+        logging.getLogger("capjudge.serve").warning("capjudge serve: stopped by SIGTERM before it listened")
+        return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
     from capjudge.serve.server import check_binding, token_from
 
     token = token_from(args.token)
@@ -84,7 +99,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         server = make_server(app, args.host, args.port, log_level="debug" if args.verbose >= 2 else "info" if args.verbose else "warning", graceful_seconds=args.graceful_seconds)
         if not args.quiet:
             print(f"capjudge serve: {method.name} on {judge.backend_spec}, http://{args.host}:{args.port} (token: {'yes' if token else 'none, loopback only'})", file=sys.stderr)
-        serve(server)
+        serve(server, ready_file=args.ready_file)
     return 0
 
 
@@ -108,7 +123,10 @@ def remote_judge(args: argparse.Namespace) -> Any:
 
     image = judge_kwargs_images(args)
     limits = ImageLimits(**{k: v for k, v in image.items() if k in ("max_pixels", "oversize", "max_download_bytes", "download_timeout")})
-    judge = RemoteJudge(args.remote, batch_size=args.batch_size, images_root=args.images, allow_outside_images=bool(image.get("allow_outside_images")), image_limits=limits)
+    judge = RemoteJudge(
+        args.remote, batch_size=args.batch_size, images_root=args.images, allow_outside_images=bool(image.get("allow_outside_images")), image_limits=limits,
+        wait=getattr(args, "remote_wait", 30.0),
+    )
     if getattr(args, "method", None) is not None and args.method != judge.method.name:
         judge.close()
         raise UsageError(f"--method {args.method}: the server at {args.remote} serves {judge.method.name!r}")
