@@ -32,6 +32,22 @@ def vanilla_info() -> dict[str, Any]:
     return judge_info(ServedJudge("vanilla", ScriptedBackend(ANSWER), images_root=IMAGES))
 
 
+def pairwise_info() -> dict[str, Any]:
+    """``/v1/info`` of ``capjudge serve --method gpt4v-pairwise --backend scripted:...``."""
+    return judge_info(ServedJudge("gpt4v-pairwise", ScriptedBackend("Caption A is better. [[A]]"), images_root=IMAGES))
+
+
+def pair_record(info: dict[str, Any], row: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """The ok pair record (verdict A, both orders) of ``row`` by the served pairwise judge, with ``changes``."""
+    fields = info["compare_modes"][info["default_mode"]]
+    rec = {
+        "id": row.get("id"), "image": row.get("image"), "caption_a": row.get("caption_a"), "caption_b": row.get("caption_b"), "verdict": "A",
+        "model": info["model"], "votes": ["A", "A"], "raw": ["[[A]]", "[[B]]"], "status": "ok", "error": None, "details": {}, **fields,
+    }
+    rec.update(changes)
+    return rec
+
+
 def record(info: dict[str, Any], row: dict[str, Any], **changes: Any) -> dict[str, Any]:
     """The ok record the served vanilla judge writes for ``row`` (score 85), with ``changes``."""
     rec = {
@@ -101,7 +117,13 @@ class Hostile:
             body = await request.json()
             return self.answer(body["samples"], self)
 
-        return Starlette(routes=[Route("/health", health), Route("/v1/info", info), Route("/v1/score", score, methods=["POST"])])
+        async def compare(request: Request) -> Response:
+            self.requests += 1
+            body = await request.json()
+            return self.answer(body["pairs"], self)
+
+        routes = [Route("/health", health), Route("/v1/info", info), Route("/v1/score", score, methods=["POST"]), Route("/v1/compare", compare, methods=["POST"])]
+        return Starlette(routes=routes)
 
 
 def streaming(body: AsyncIterator[bytes], headers: dict[str, str] | None = None) -> Response:

@@ -36,7 +36,15 @@ from capjudge.serve import RemoteJudge
 from capjudge.serve.client import RemoteError
 from capjudge.serve.server import free_port
 from serve_helpers import ANSWER, EXAMPLES, IMAGES, serving
-from serve_hostile import Hostile, hostile_server, json_bytes, record, streaming
+from serve_hostile import (
+    Hostile,
+    hostile_server,
+    json_bytes,
+    pair_record,
+    pairwise_info,
+    record,
+    streaming,
+)
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 TOKEN = "client-test-token-0123456789"
@@ -115,6 +123,20 @@ def test_score_remote_writes_no_ok_record_of_a_bad_one_and_exits_3(tmp_path: Pat
     assert rc == 3  # rows failed for the server's sake: a re-run asks them again
 
 
+def test_pair_records_that_break_the_rules_are_error_records() -> None:
+    cases = {"no-verdict": {"verdict": None}, "bad-verdict": {"verdict": "C"}, "nan-scores": {"scores": [math.nan, 1.0]}, "mode": {"mode": "grading"}, "good": {}}
+
+    def answer(sent: list[dict[str, Any]], state: Hostile) -> Any:
+        return json_bytes({"results": [pair_record(state.info, row, **cases[row["caption_a"]]) for row in sent]})
+
+    pairs = [{"id": f"p{k}", "image": "cats.jpg", "caption_a": case, "caption_b": "a dog"} for k, case in enumerate(cases)]
+    with hostile_server(answer, info=pairwise_info()) as (url, _), RemoteJudge(url, images_root=IMAGES) as judge:
+        results = dict(zip(cases, judge.compare_many(pairs)))
+    assert results["good"].ok and results["good"].verdict == "A"
+    for case in ("no-verdict", "bad-verdict", "nan-scores", "mode"):
+        assert results[case].status == "error" and results[case].verdict is None and results[case].details.get("resumable") is True, (case, results[case])
+
+
 @pytest.mark.parametrize("extra", [-1, 1, 2], ids=["a-row-missing", "one-too-many", "two-too-many"])
 def test_a_wrong_number_of_records_fails_every_row_of_the_request(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, extra: int) -> None:
     monkeypatch.delenv("CAPJUDGE_TOKEN", raising=False)
@@ -178,10 +200,15 @@ def test_a_token_no_request_can_carry_is_refused_at_the_start(token: str, monkey
     assert main(["serve", "--method", "vanilla", "--backend", "scripted:1", "--port", "0", "--token", token]) == 2
     err = capsys.readouterr().err
     assert token.strip() not in err and "token" in err
+    from capjudge.serve.app import ServeSettings, create_app
+
+    with pytest.raises(ValueError) as caught:
+        create_app(object(), ServeSettings(token=token), {})
+    assert token.strip() not in str(caught.value)
 
 
 # -- issue 29 item 4: a server still starting; --ready-file; SIGTERM ---------------------------------
-def test_the_client_waits_for_a_server_still_starting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_client_waits_for_a_server_still_starting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.delenv("CAPJUDGE_TOKEN", raising=False)
     out = tmp_path / "out.jsonl"
     inp = tmp_path / "in.jsonl"
@@ -189,6 +216,7 @@ def test_the_client_waits_for_a_server_still_starting(tmp_path: Path, monkeypatc
     with hostile_server(lambda sent, state: state.records(sent), port=free_port(), delay=1.5) as (url, _):
         rc = main(["score", "--remote", url, "--remote-wait", "60", "--images", str(IMAGES), "--input", str(inp), "--out", str(out), "--quiet"])
         assert rc == 0 and [r["status"] for r in read_jsonl(out)] == ["ok", "ok"]
+    assert "waiting for the judge server at" in capsys.readouterr().err  # said once while it waits
     with hostile_server(lambda sent, state: state.records(sent), port=free_port(), delay=1.0) as (url, _), RemoteJudge(url, images_root=IMAGES, wait=60) as judge:
         assert [r.status for r in judge.score_many(rows(1))] == ["ok"]
     # Nobody there: a clear error after the wait, naming it.

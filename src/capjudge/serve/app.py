@@ -28,6 +28,7 @@ from starlette.routing import Route
 from capjudge.redact import register_secret, scrub
 from capjudge.serve.batcher import Batcher, Closed, QueueFull
 from capjudge.serve.metrics import Metrics
+from capjudge.serve.server import check_token
 from capjudge.serve.wire import WireError, items_of, named, row_from_wire
 
 DEFAULT_MAX_BODY_BYTES = 64 * 1024 * 1024
@@ -97,6 +98,7 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
     ``GET /v1/info`` answers). The batcher starts with the app and finishes the queued requests
     when the app shuts down (uvicorn's graceful shutdown: SIGTERM)."""
     register_secret(settings.token)
+    check_token(settings.token, "ServeSettings.token")  # one no request can carry: ValueError
     metrics = metrics or Metrics()
     state: dict[str, Any] = {"batcher": batcher}
 

@@ -66,6 +66,8 @@ def record_problem(record: Any, row: Any, expected: Expected) -> tuple[dict[str,
             return None, f"{key} {str(record.get(key))[:80]!r}, not the served judge's {str(value)[:80]!r}"
     if status != "ok":
         return record, None
+    if not isinstance(row, dict):
+        return None, "an ok record of a row that is no object (a local judge makes its error record)"
     if expected.pairs:
         scores = record.get("scores")
         problem = pair_problem(record.get("verdict"), scores if isinstance(scores, (list, tuple)) else None)
