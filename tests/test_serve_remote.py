@@ -144,7 +144,7 @@ def test_remote_refuses_the_options_that_choose_the_judge(scripted_server: Serve
     assert _score("--remote", scripted_server.url, "--thinking", "off", "--out", out) == 2
     assert "--thinking cannot be given" in capsys.readouterr().err.replace("\n", " ")
     dead = f"http://127.0.0.1:{free_port()}"
-    assert _score("--remote", dead, "--out", out) == 1
+    assert _score("--remote", dead, "--out", out, "--remote-wait", "0") == 1
     assert "cannot be reached" in capsys.readouterr().err
 
 
@@ -215,7 +215,7 @@ def test_remote_judge_in_python_and_reward() -> None:
         with RemoteJudge(srv.url, token=TOKEN, images_root=IMAGES, batch_size=2) as judge:
             results = list(judge.score_many([{"image": "cats.jpg", "caption": f"cats {k}"} for k in range(5)]))
             assert [r.id for r in results] == [str(k) for k in range(5)] and {r.score for r in results} == {85.0}
-            assert judge.reward(["two cats", ""], ["cats.jpg", "dog.jpg"]) == [85.0, None]
+            assert judge.reward(["two cats", ""], ["cats.jpg", "dog.jpg"]) == [0.85, None]  # as make_reward: [0, 1]
             assert repr(judge).startswith("RemoteJudge(")
         with pytest.raises(Exception, match="CAPJUDGE_TOKEN"):
             RemoteJudge(srv.url, token="not-the-token-at-all")

@@ -54,6 +54,15 @@ def checked_score(score: Any, scale: tuple[float, float], *, outside_ok: bool = 
     return None, f"the judge produced score {_shown(value)}, outside the method's scale {low:g}-{high:g}"
 
 
+def unit_score(score: float, scale: tuple[float, float]) -> float | None:
+    """``score`` mapped from ``scale`` onto ``[0, 1]`` and clipped there (what a reward is, when
+    normalised); ``None`` for a scale that cannot be mapped (not a range of finite numbers)."""
+    low, high = (float(v) for v in scale)
+    if not (high > low and math.isfinite(low) and math.isfinite(high)):
+        return None
+    return min(1.0, max(0.0, (float(score) - low) / (high - low)))
+
+
 def pair_problem(verdict: Any, scores: Any = None) -> str | None:
     """Why a pair record cannot say ``ok`` (``None`` when it can): no valid verdict, or a score
     of a comparison by grading that is not a finite number."""
@@ -86,4 +95,4 @@ def record_problem(record: dict[str, Any]) -> str | None:
     return problem
 
 
-__all__ = ["SCALE_TOLERANCE", "VERDICTS", "checked_score", "pair_problem", "record_problem"]
+__all__ = ["SCALE_TOLERANCE", "VERDICTS", "checked_score", "pair_problem", "record_problem", "unit_score"]

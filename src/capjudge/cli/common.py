@@ -271,6 +271,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def nonnegative_seconds(text: str) -> float:
+    """A finite number of seconds, 0 or more, for argparse."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected 0 or more seconds, got {text!r}")
+    return value
+
+
 def add_image_options(p: argparse.ArgumentParser) -> None:
     """The options that bound what an image may cost and where it may come from."""
     from capjudge.images import DEFAULT_LIMITS
@@ -342,6 +353,7 @@ def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None,
         p.add_argument("--method", default=None if remote else method_default, help=f"judging method (default: {method_default})")
     if remote:
         p.add_argument("--remote", default=None, metavar="URL", help="judge through `capjudge serve` at URL (http://HOST:PORT; token from $CAPJUDGE_TOKEN): the server's method and backend, the records a local run writes (docs/serve.md)")
+        p.add_argument("--remote-wait", type=nonnegative_seconds, default=30.0, metavar="SECONDS", help="with --remote: how long to wait for a server still starting to answer (default 30; 0: ask once)")
     p.add_argument("--images", default=None, help="folder that relative image paths are resolved against; paths that leave it are refused (see --allow-outside-images)")
     p.add_argument("--template", default=None, help="run the method with another registered template")
     p.add_argument("--template-file", default=None, help="run the method with your own Jinja template file (sandboxed)")

@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
+from pathlib import Path
 from typing import Any
 
 from capjudge.cli.common import add_common, judge_kwargs, method_with_template, positive, seconds
@@ -46,11 +47,25 @@ def register(sub: Any) -> None:
     reads = p.add_argument_group("what the server reads (default: only images sent inline; paths only under --images DIR)")
     reads.add_argument("--allow-url-images", action="store_true", help="fetch the http(s) image URLs clients send (public addresses only, each redirect re-checked; one error text for every failure)")
     reads.add_argument("--allow-private-urls", action="store_true", help="with --allow-url-images: also fetch URLs on loopback, link-local and private addresses (the server's own network)")
+    net.add_argument("--ready-file", default=None, metavar="PATH", help="write the server's URL to PATH once it listens (removed when it stops; an old one is removed at the start): scripts wait for it before sending requests")
     p.set_defaults(func=cmd_serve)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    """``capjudge serve``."""
+    """``capjudge serve``: exit 0 when SIGTERM stopped it, whether it was serving or still loading."""
+    from capjudge.serve.server import Terminated, terminate_quietly
+
+    if args.ready_file is not None:
+        Path(args.ready_file).unlink(missing_ok=True)  # an old one must not say this server is ready
+    try:
+        with terminate_quietly():
+            return _serve(args)
+    except Terminated:
+        logging.getLogger("capjudge.serve").warning("capjudge serve: stopped by SIGTERM before it listened")
+        return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
     from capjudge.serve.server import check_binding, token_from
 
     token = token_from(args.token)
@@ -116,7 +131,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not args.quiet:
             reads = "inline" + (f", paths under {args.images}" if args.images else "") + (", URLs" + (" (private addresses too)" if args.allow_private_urls else " (public addresses)") if args.allow_url_images else "")
             print(f"capjudge serve: {method.name} on {judge.backend_spec}, http://{args.host}:{args.port} (token: {'yes' if token else 'none, loopback only'}; images: {reads})", file=sys.stderr)
-        serve(server)
+        serve(server, ready_file=args.ready_file)
     return 0
 
 
@@ -140,7 +155,10 @@ def remote_judge(args: argparse.Namespace) -> Any:
 
     image = judge_kwargs_images(args)
     limits = ImageLimits(**{k: v for k, v in image.items() if k in ("max_pixels", "oversize", "max_download_bytes", "download_timeout")})
-    judge = RemoteJudge(args.remote, batch_size=args.batch_size, images_root=args.images, allow_outside_images=bool(image.get("allow_outside_images")), image_limits=limits)
+    judge = RemoteJudge(
+        args.remote, batch_size=args.batch_size, images_root=args.images, allow_outside_images=bool(image.get("allow_outside_images")), image_limits=limits,
+        wait=getattr(args, "remote_wait", 30.0),
+    )
     if getattr(args, "method", None) is not None and args.method != judge.method.name:
         judge.close()
         raise UsageError(f"--method {args.method}: the server at {args.remote} serves {judge.method.name!r}")

@@ -35,7 +35,7 @@ from capjudge.judges.dispatch import (
 )
 from capjudge.judges.invariants import pair_problem
 from capjudge.judges.reasoning import cut_off_message, final_answer, reasoning_details
-from capjudge.judges.records import cached_note, caption_words
+from capjudge.judges.records import bound_raw_fields, cached_note, caption_words
 from capjudge.judges.scoring import ImageMemo, read_windows
 from capjudge.judges.steps import FORMAT_RETRIES, format_retrying
 from capjudge.judges.voting import dual_sided_vote, flip, seeded_first, verdict_from_scores
@@ -207,6 +207,7 @@ def _pair_result(judge: PairJudge, index: int, pair: Pair | None, raw_item: Any,
     words = caption_words(pair.caption_a, pair.caption_b) if pair else None
     if words is not None:  # detailed captions: both captions' word counts
         fields["details"] = {**(fields.get("details") or {}), "caption_words": words}
+    bound_raw_fields(fields)
     if fields.get("status", "ok") == "ok":  # every pair record is made here: "ok" has a valid verdict
         problem = pair_problem(fields.get("verdict"), fields.get("scores"))
         if problem is not None:

@@ -13,6 +13,7 @@ from capjudge.backends.base import Backend, Completion
 from capjudge.backends.faults import failure_details
 from capjudge.judges.invariants import checked_score
 from capjudge.judges.prepare import Prepared, sample_id
+from capjudge.judges.reasoning import TRUNCATED
 from capjudge.prompts.registry import Method
 from capjudge.types import ScoreResult, image_label
 
@@ -45,6 +46,37 @@ def caption_words(*captions: object) -> int | list[int] | None:
     return counts[0] if len(counts) == 1 else counts
 
 
+RAW_CHARS = 50_000
+"""A record's ``raw`` keeps at most this many characters of an answer (the first ones; a longer
+answer ends with :data:`~capjudge.judges.reasoning.TRUNCATED` and ``details.raw_chars`` gives its
+full length), as ``details.reasoning`` keeps at most ``REASONING_CHARS``."""
+
+
+def bounded_raw(raw: Any) -> tuple[Any, int | None]:
+    """``raw`` cut to :data:`RAW_CHARS` characters, and its full length when it was cut (else
+    ``None``); anything but a string is returned as it is."""
+    if not isinstance(raw, str) or len(raw) <= RAW_CHARS:
+        return raw, None
+    return raw[: RAW_CHARS - len(TRUNCATED)] + TRUNCATED, len(raw)
+
+
+def bound_raw_fields(fields: dict[str, Any]) -> None:
+    """A record's ``raw`` in ``fields`` (one answer, or a list of them: a pair record's) cut by
+    :func:`bounded_raw`, with ``details.raw_chars`` (the full length, or one per answer, ``None``
+    for those kept whole) when any was cut."""
+    raw = fields.get("raw")
+    if isinstance(raw, list):
+        cut = [bounded_raw(r) for r in raw]
+        if any(n is not None for _, n in cut):
+            fields["raw"] = [r for r, _ in cut]
+            fields["details"] = {**(fields.get("details") or {}), "raw_chars": [n for _, n in cut]}
+        return
+    text, full = bounded_raw(raw)
+    if full is not None:
+        fields["raw"] = text
+        fields["details"] = {**(fields.get("details") or {}), "raw_chars": full}
+
+
 def cached_note(out: Completion) -> str:
     """Said in an error that comes from an answer replayed from the response cache."""
     return " (this answer came from the response cache)" if out.cached else ""
@@ -62,6 +94,7 @@ def score_record(prep: Prepared, method: Method, backend: Backend, judge_preset:
     words = caption_words(prep.sample.caption)
     if words is not None:
         fields["details"] = {**(fields.get("details") or {}), "caption_words": words}
+    bound_raw_fields(fields)
     if fields.get("status", "ok") == "ok":
         given = fields.get("score")
         score, problem = checked_score(given, method.scale, outside_ok=method.parser == "first-integer")
@@ -93,4 +126,4 @@ def error_record(prep: Prepared, method: Method, backend: Backend, judge_preset:
     return score_record(prep, method, backend, judge_preset, score=None, raw=raw, status="error", error=message, details=details)
 
 
-__all__ = ["LONG_CAPTION_WORDS", "backend_spec", "cached_note", "caption_words", "error_record", "score_record", "short"]
+__all__ = ["LONG_CAPTION_WORDS", "RAW_CHARS", "backend_spec", "bound_raw_fields", "bounded_raw", "cached_note", "caption_words", "error_record", "score_record", "short"]

@@ -17,6 +17,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from capjudge.images import DEFAULT_LIMITS
 from capjudge.imagesources import LOCAL_SOURCES, ImageSources
+from capjudge.recordcheck import unit_score
 from capjudge.redact import get_logger, stable
 from capjudge.reward.batching import CallBatcher
 from capjudge.reward.inputs import CaptionFrom, Skip, build_samples
@@ -130,11 +131,10 @@ class CaptionReward:
             return None
         if not self.normalize:
             return float(result.score)
-        low, high = (float(x) for x in result.scale)
-        if not high > low:
+        value = unit_score(result.score, result.scale)
+        if value is None:
             self._note(f"the method's scale {result.scale!r} cannot be normalised")
-            return None
-        return min(1.0, max(0.0, (float(result.score) - low) / (high - low)))
+        return value
 
     def _note(self, cause: str) -> None:
         """Log a cause of a ``None`` reward the first time it is seen (secrets scrubbed)."""

@@ -39,6 +39,7 @@ from capjudge.serve.fetched import fetch_url_images
 from capjudge.serve.hosts import LOOPBACK_RULE, HostGuard, HostRule
 from capjudge.serve.metrics import Metrics
 from capjudge.serve.rows import check_rows
+from capjudge.serve.server import check_token
 from capjudge.serve.wire import WireError, items_of, named, row_from_wire
 
 log = logging.getLogger("capjudge.serve")
@@ -105,6 +106,7 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
     ``GET /v1/info`` answers). The batcher starts with the app and finishes the queued requests
     when the app shuts down (uvicorn's graceful shutdown: SIGTERM)."""
     register_secret(settings.token)
+    check_token(settings.token, "ServeSettings.token")  # one no request can carry: ValueError
     metrics = metrics or Metrics()
     state: dict[str, Any] = {"batcher": batcher}
     uploads = Uploads(timeout=settings.body_timeout)

@@ -8,33 +8,32 @@ and all). Rows go in requests of ``batch_size``, ``concurrency`` of them in flig
 read here (under ``images_root``, confined unless ``allow_outside_images``) and sent as bytes.
 A request the server refuses for a full queue (429) is sent again after its ``Retry-After``; a
 server that cannot be reached makes resumable error records (a re-run asks them again).
+
+A client trusts no server: each call is bounded in time as a whole and in the size of its answer
+(:mod:`.calls`), and every record received is checked as a local record is (:mod:`.received`: one
+per row, its row's id, the served judge's method, an ``ok`` score a finite one on the method's
+scale, an ``ok`` verdict a verdict); a record that is not is that row's resumable error record.
 """
 
 from __future__ import annotations
 
 import os
-import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
-from capjudge.errors import BackendError, UsageError
+from capjudge.errors import UsageError
 from capjudge.images import DEFAULT_LIMITS, ImageLimits
+from capjudge.recordcheck import unit_score
 from capjudge.redact import register_secret, scrub
-from capjudge.serve.server import TOKEN_VARIABLE
+from capjudge.serve.calls import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_WAIT, Caller, RemoteError
+from capjudge.serve.received import Expected, check_records, keeps_outside_scale
+from capjudge.serve.server import TOKEN_VARIABLE, check_token
 from capjudge.serve.wire import row_to_wire
 from capjudge.types import PairResult, Sample, ScoreResult, image_label
-
-
-class RemoteError(BackendError):
-    """The server could not be reached or refused a request (resumable: a re-run asks again)."""
-
-    resumable = True
 
 
 @dataclass(frozen=True)
@@ -85,10 +84,13 @@ def _as_row(item: Any, pairs: bool) -> Any:
 class RemoteJudge:
     """A judge served by ``capjudge serve`` at ``url`` (``http://HOST:PORT``).
 
-    ``token`` defaults to ``$CAPJUDGE_TOKEN`` (never logged); ``batch_size`` rows go in one request,
+    ``token`` defaults to ``$CAPJUDGE_TOKEN`` (never logged; one with white space at either end or
+    other than printable ASCII is a ``ValueError``); ``batch_size`` rows go in one request,
     ``concurrency`` requests at once; ``images_root`` resolves local image paths, which are read here
     and sent (``send_images=False``: sent as paths, for the server's ``--images``); ``timeout`` bounds
-    one request (seconds); ``retry_for`` how long a 429 is retried.
+    each request as a whole, its answer read entirely (seconds); ``max_response_bytes`` the size of
+    an answer; ``retry_for`` how long a 429 is retried; ``wait`` how long the server may take to
+    answer ``/health`` at the start (a server still loading its model; 0: ask once).
     """
 
     def __init__(
@@ -104,10 +106,13 @@ class RemoteJudge:
         send_images: bool = True,
         timeout: float = 600.0,
         retry_for: float = 600.0,
+        wait: float = DEFAULT_WAIT,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         self.url = url.rstrip("/")
         self.token = token if token is not None else os.environ.get(TOKEN_VARIABLE)
         register_secret(self.token)
+        check_token(self.token, "token=" if token is not None else f"${TOKEN_VARIABLE}")
         self.batch_size = max(1, int(batch_size))
         self.concurrency = max(1, int(concurrency))
         self.images_root = images_root
@@ -116,28 +121,47 @@ class RemoteJudge:
         self.send_images = send_images
         self.retry_for = retry_for
         headers = {"Authorization": f"Bearer {self.token}"} if self.token else {}
-        self._client = httpx.Client(base_url=self.url, headers=headers, timeout=timeout)
-        self._lock = threading.Lock()
-        self.info = self._get_info()
-        m = self.info["method"]
-        self.method = RemoteMethod(
-            m["name"], m["kind"], bool(m["pairwise"]), (float(m["scale"][0]), float(m["scale"][1])), m["template_hash"], bool(m["smoothing"]),
-            dict(m.get("options") or {}), bool(m.get("reads_logprobs", m["smoothing"])),
-        )
-        self.backend = RemoteBackend(self.info["backend"], self.info["model"], self.info["kind"])
+        self._calls = Caller(self.url, headers, timeout=timeout, max_response_bytes=max_response_bytes)
+        try:
+            self._calls.wait_ready(wait)
+            self.info = self._get_info()
+            self.method, self.backend = self._judge_of(self.info)
+        except BaseException:
+            self._calls.close()
+            raise
         self.judge_preset: str | None = self.info.get("judge_preset")
+        self._outside_ok = keeps_outside_scale(self.method.name)
 
     def _get_info(self) -> dict[str, Any]:
-        try:
-            r = self._client.get("/v1/info")
-        except httpx.HTTPError as exc:
-            raise RemoteError(f"the judge server at {self.url} cannot be reached: {type(exc).__name__}: {scrub(str(exc))}") from None
-        if r.status_code == 401:
+        r = self._calls.call("GET", "/v1/info")
+        if r.status == 401:
             raise UsageError(f"the judge server at {self.url} refused the token (set ${TOKEN_VARIABLE} to the server's token)")
-        if r.status_code != 200:
-            raise RemoteError(f"the judge server at {self.url} answered {r.status_code} to /v1/info: {scrub(r.text[:300])}")
-        info: dict[str, Any] = r.json()
+        if r.status != 200:
+            raise RemoteError(f"the judge server at {self.url} answered {r.status} to /v1/info: {r.message()[:300]}")
+        try:
+            info = r.json()
+        except ValueError:
+            info = None
+        if not isinstance(info, dict):
+            raise RemoteError(f"the judge server at {self.url} answered /v1/info with no JSON object: is it a capjudge server?")
         return info
+
+    def _judge_of(self, info: dict[str, Any]) -> tuple[RemoteMethod, RemoteBackend]:
+        """The method and backend ``/v1/info`` names (:class:`RemoteError` for an answer that does
+        not say what they are)."""
+        try:
+            m = info["method"]
+            low, high = (float(v) for v in m["scale"])
+            if not (low < high and all(abs(v) < float("inf") for v in (low, high))):
+                raise ValueError(f"scale {m['scale']!r}")
+            method = RemoteMethod(
+                str(m["name"]), str(m["kind"]), bool(m["pairwise"]), (low, high), str(m["template_hash"]), bool(m["smoothing"]),
+                dict(m.get("options") or {}), bool(m.get("reads_logprobs", m["smoothing"])),
+            )
+            backend = RemoteBackend(str(info["backend"]), str(info["model"]), str(info["kind"]))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise RemoteError(f"the judge server at {self.url} answered /v1/info without a judge capjudge can use ({type(exc).__name__}: {scrub(str(exc))[:200]})") from None
+        return method, backend
 
     @property
     def backend_spec(self) -> str:
@@ -155,21 +179,28 @@ class RemoteJudge:
         return dict(fields)
 
     # ------------------------------------------------------------------ requests
-    def _post(self, route: str, body: dict[str, Any]) -> list[dict[str, Any]]:
+    def _post(self, route: str, body: dict[str, Any]) -> Any:
+        """``POST route``: the answer's ``results`` (unchecked); a 429 sent again after its
+        ``Retry-After`` for up to ``retry_for`` seconds; :class:`RemoteError` otherwise."""
         deadline = time.monotonic() + self.retry_for
         while True:
-            r = self._client.post(route, json=body)
-            if r.status_code == 429 and time.monotonic() < deadline:
-                time.sleep(min(float(r.headers.get("retry-after", "1") or 1), max(0.0, deadline - time.monotonic())))
-                continue
-            if r.status_code != 200:
+            r = self._calls.call("POST", route, body)
+            if r.status == 429 and time.monotonic() < deadline:
                 try:
-                    message = r.json().get("error", r.text)
+                    pause = min(max(float(r.headers.get("retry-after", "1") or 1), 0.0), 600.0)
                 except ValueError:
-                    message = r.text
-                raise RemoteError(f"the judge server answered {r.status_code}: {scrub(str(message)[:500])}")
-            results: list[dict[str, Any]] = r.json()["results"]
-            return results
+                    pause = 1.0
+                time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+                continue
+            if r.status != 200:
+                raise RemoteError(f"the judge server answered {r.status}: {r.message()}")
+            try:
+                answer = r.json()
+            except ValueError as exc:
+                raise RemoteError(f"the judge server at {self.url} answered {route} with no JSON: {exc}") from None
+            if not isinstance(answer, dict) or "results" not in answer:
+                raise RemoteError(f"the judge server at {self.url} answered {route} without 'results'")
+            return answer["results"]
 
     def _wire(self, rows: list[Any], start: int) -> list[Any]:
         out = []
@@ -181,11 +212,11 @@ class RemoteJudge:
                 out.append(row)  # the server makes its error record
         return out
 
-    def _stream(self, items: Iterable[Any], route: str, field_name: str, extra: dict[str, Any], make: Any, failed: Any) -> Iterator[tuple[int, Any]]:
+    def _stream(self, items: Iterable[Any], route: str, field_name: str, extra: dict[str, Any], make: Any, failed: Any, expected: Expected) -> Iterator[tuple[int, Any]]:
         rows = list(items)
         chunks = [(s, rows[s : s + self.batch_size]) for s in range(0, len(rows), self.batch_size)]
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="capjudge-remote") as pool:
-            pending: dict[Future[list[dict[str, Any]]], tuple[int, list[Any]]] = {}
+            pending: dict[Future[Any], tuple[int, list[Any], list[Any]]] = {}
             todo = iter(chunks)
 
             def fill() -> None:
@@ -194,22 +225,34 @@ class RemoteJudge:
                     if nxt is None:
                         return
                     start, chunk = nxt
-                    pending[pool.submit(self._post, route, {field_name: self._wire(chunk, start), **extra})] = (start, chunk)
+                    wired = self._wire(chunk, start)
+                    pending[pool.submit(self._post, route, {field_name: wired, **extra})] = (start, chunk, wired)
 
             fill()
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    start, chunk = pending.pop(fut)
+                    start, chunk, wired = pending.pop(fut)
+                    checked: list[tuple[dict[str, Any] | None, str | BaseException | None]]
                     try:
-                        records = fut.result()
-                        for k, rec in enumerate(records):
-                            yield start + k, make(rec)
-                    except (httpx.HTTPError, RemoteError, ValueError, KeyError) as exc:
-                        cause = exc if isinstance(exc, RemoteError) else RemoteError(f"the judge server at {self.url}: {type(exc).__name__}: {scrub(str(exc))}")
-                        for k, row in enumerate(chunk):
-                            yield start + k, failed(start + k, row, cause)
+                        checked = list(check_records(fut.result(), wired, expected))
+                    except RemoteError as exc:
+                        checked = [(None, exc)] * len(chunk)
+                    for k, (row, (record, problem)) in enumerate(zip(chunk, checked)):
+                        yield start + k, self._kept(start + k, row, record, problem, make, failed)
                 fill()
+
+    def _kept(self, index: int, row: Any, record: dict[str, Any] | None, problem: str | BaseException | None, make: Callable[[dict[str, Any]], Any], failed: Any) -> Any:
+        """The result of a row: the server's record when it passed the checks, else the row's
+        resumable error record naming the cause."""
+        if record is not None:
+            try:
+                return make(record)
+            except (TypeError, ValueError, KeyError) as exc:
+                problem = f"a record that is no results-file record ({type(exc).__name__}: {exc})"
+        if isinstance(problem, BaseException):
+            return failed(index, row, problem)
+        return failed(index, row, RemoteError(f"the judge server at {self.url} sent a record that cannot be kept: {scrub(str(problem))}"))
 
     def _score_failed(self, index: int, row: Any, cause: BaseException) -> ScoreResult:
         row = row if isinstance(row, dict) else {}
@@ -240,7 +283,9 @@ class RemoteJudge:
         if self.method.pairwise:
             raise ValueError(f"method {self.method.name!r} compares pairs: use compare_many / compare_stream")
         rows = (_as_row(s, pairs=False) for s in samples)
-        return self._stream(rows, "/v1/score", "samples", {}, ScoreResult.from_dict, self._score_failed)
+        m = self.method
+        expected = Expected({"method": m.name, "template_hash": m.template_hash, "backend": self.backend_spec}, m.scale, self._outside_ok)
+        return self._stream(rows, "/v1/score", "samples", {}, ScoreResult.from_dict, self._score_failed, expected)
 
     def score_many(self, samples: Iterable[Sample | dict[str, Any]]) -> Iterator[ScoreResult]:
         """Score samples on the server, yielding results in input order."""
@@ -254,31 +299,37 @@ class RemoteJudge:
     def compare_stream(self, pairs: Iterable[Any], *, mode: str | None = None) -> Iterator[tuple[int, PairResult]]:
         """Compare pairs on the server, yielding ``(input index, result)`` as answers arrive."""
         failed = self._pair_failed(mode)
+        expected = Expected(self.run_fields(mode), pairs=True)  # method, backend, template_hash, mode
         rows = (_as_row(p, pairs=True) for p in pairs)
-        return self._stream(rows, "/v1/compare", "pairs", {"mode": mode}, PairResult.from_dict, failed)
+        return self._stream(rows, "/v1/compare", "pairs", {"mode": mode}, PairResult.from_dict, failed, expected)
 
     def compare_many(self, pairs: Iterable[Any], *, mode: str | None = None) -> Iterator[PairResult]:
         """Compare pairs on the server, yielding results in input order."""
         results = dict(self.compare_stream(pairs, mode=mode))
         return iter([results[k] for k in sorted(results)])
 
-    def reward(self, completions: list[str], images: list[Any], references: list[list[str]] | None = None) -> list[float | None]:
-        """Scores of ``completions`` (one image each) through ``POST /v1/reward``: the score of each
-        ok record, ``None`` for a failed one."""
-        rows = [{"image": img, "caption": "x"} for img in images]
-        wired = [{k: v for k, v in w.items() if k in ("image", "image_b64", "image_error")} for w in self._wire(rows, 0)]
-        body: dict[str, Any] = {"completions": list(completions), "images": wired}
-        if references is not None:
-            body["references"] = references
-        r = self._client.post("/v1/reward", json=body)
-        if r.status_code != 200:
-            raise RemoteError(f"the judge server answered {r.status_code}: {scrub(r.text[:500])}")
-        rewards: list[float | None] = r.json()["rewards"]
-        return rewards
+    def reward(self, completions: list[str], images: list[Any], references: list[list[str]] | None = None, *, normalize: bool = True) -> list[float | None]:
+        """Rewards of ``completions`` (one image each, in order), as :func:`capjudge.reward.make_reward`
+        gives them: each ok record's score on ``[0, 1]`` (the method's scale mapped onto it,
+        clipped), or on the method's scale with ``normalize=False``; ``None`` for a completion that
+        could not be judged. Sent as :meth:`score_many` sends rows, the records checked as its are."""
+        if len(images) != len(completions) or (references is not None and len(references) != len(completions)):
+            raise ValueError(f"{len(completions)} completions need as many images (got {len(images)}) and lists of references (or none)")
+        rows = [
+            {"image": img, "caption": text, "id": str(k), **({"references": list(references[k])} if references is not None else {})}
+            for k, (text, img) in enumerate(zip(completions, images))
+        ]
+        out: list[float | None] = []
+        for result in self.score_many(rows):
+            if not result.ok or result.score is None:
+                out.append(None)
+            else:
+                out.append(unit_score(result.score, result.scale) if normalize else float(result.score))
+        return out
 
     def close(self) -> None:
-        """Close the connection pool."""
-        self._client.close()
+        """Close the connections."""
+        self._calls.close()
 
     def __enter__(self) -> RemoteJudge:
         return self

@@ -11,10 +11,15 @@ secrets); its access log line names the client, method and path, never a header.
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import math
 import os
+import signal
 import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from capjudge.errors import UsageError
@@ -34,14 +39,33 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+class TokenError(UsageError, ValueError):
+    """A token no request could carry as it is (a usage error on the command line, a
+    ``ValueError`` in Python); the message never shows the token."""
+
+
+def check_token(token: str | None, where: str) -> str | None:
+    """``token`` when it is one a client can send and a server can match: printable ASCII without
+    white space at either end (HTTP drops that space, so such a token never matches; a header
+    cannot carry other characters). :class:`TokenError` naming ``where`` it came from otherwise."""
+    if token is None:
+        return None
+    if not token.strip():
+        raise TokenError(f"the token ({where}) is empty")
+    if token != token.strip():
+        raise TokenError(f"the token ({where}) starts or ends with white space, which HTTP drops: it would match nothing; remove the spaces")
+    if not (token.isascii() and token.isprintable()):
+        raise TokenError(f"the token ({where}) holds characters other than printable ASCII, which an HTTP header cannot carry; choose another token")
+    return token
+
+
 def token_from(given: str | None) -> str | None:
     """The server's token: ``given``, else ``$CAPJUDGE_TOKEN``, else none (registered with
-    :mod:`capjudge.redact`). An empty one is a usage error (it would let anybody in)."""
+    :mod:`capjudge.redact`). An empty one is a usage error (it would let anybody in), and so is
+    one :func:`check_token` refuses."""
     token = given if given is not None else os.environ.get(TOKEN_VARIABLE)
-    if token is not None and not token.strip():
-        raise UsageError(f"the token (--token or ${TOKEN_VARIABLE}) is empty")
     register_secret(token)
-    return token
+    return check_token(token, f"--token or ${TOKEN_VARIABLE}")
 
 
 def check_binding(host: str, token: str | None) -> None:
@@ -91,22 +115,78 @@ def make_server(
     )
 
 
-def serve(server: Any) -> None:
+def listening_url(server: Any, host: str) -> str:
+    """The URL a started ``uvicorn.Server`` answers at (the port it bound: ``--port 0`` included)."""
+    port = None
+    for srv in getattr(server, "servers", None) or ():
+        for sock in getattr(srv, "sockets", None) or ():
+            port = sock.getsockname()[1]
+            break
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port if port is not None else server.config.port}"
+
+
+def announce_ready(server: Any, host: str, ready_file: Path, stop: threading.Event) -> None:
+    """Write ``ready_file`` (the URL, one line; written whole, then renamed into place) once
+    ``server`` listens, unless ``stop`` is set first."""
+    while not stop.wait(0.02):
+        if getattr(server, "started", False):
+            part = ready_file.with_name(ready_file.name + ".part")
+            part.write_text(listening_url(server, host) + "\n", encoding="utf-8")
+            os.replace(part, ready_file)
+            return
+
+
+def serve(server: Any, *, ready_file: str | Path | None = None) -> None:
     """Run a ``uvicorn.Server`` until SIGTERM (or SIGINT) has stopped it gracefully. uvicorn raises
     the signal again once it has shut down (so that the process dies of it); SIGTERM's is caught
     here: a server that finished its requests in flight exits 0. SIGINT keeps its usual meaning
-    (the command exits 130)."""
-    import signal
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        server.run()
-        return
-    previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+    (the command exits 130). ``ready_file`` is written (the server's URL) once the server listens,
+    and removed when it stops."""
+    stop = threading.Event()
+    ready = Path(ready_file) if ready_file is not None else None
+    watcher = None
+    if ready is not None:
+        watcher = threading.Thread(target=announce_ready, args=(server, server.config.host, ready, stop), name="capjudge-serve-ready", daemon=True)
+        watcher.start()
     try:
-        server.run()
+        if threading.current_thread() is not threading.main_thread():
+            server.run()
+            return
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        try:
+            server.run()
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    finally:
+        stop.set()
+        if watcher is not None:
+            watcher.join(5)
+        if ready is not None:
+            ready.unlink(missing_ok=True)
+
+
+class Terminated(Exception):
+    """SIGTERM arrived before the server listened (see :func:`terminate_quietly`)."""
+
+
+@contextlib.contextmanager
+def terminate_quietly() -> Iterator[None]:
+    """Within the block, SIGTERM raises :class:`Terminated` in the main thread (while a judge loads,
+    before :func:`serve` takes the signal over), so that ``kill`` of a server still starting ends it
+    as ``kill`` of a running one does: the command exits 0, not 143 (killed by the signal)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def raise_terminated(signum: int, frame: Any) -> None:
+        raise Terminated()
+
+    previous = signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
     finally:
         signal.signal(signal.SIGTERM, previous)
 
 
-__all__ = ["TOKEN_VARIABLE", "check_binding", "free_port", "is_loopback", "make_server", "serve", "token_from"]
+__all__ = ["TOKEN_VARIABLE", "Terminated", "TokenError", "announce_ready", "check_binding", "check_token", "free_port", "is_loopback", "listening_url", "make_server", "serve", "terminate_quietly", "token_from"]

@@ -76,7 +76,12 @@ from capjudge.backends.openai.retry import (
     describe,
     within_deadline,
 )
-from capjudge.backends.openai.transport import LoopThread, post_json, send_chat
+from capjudge.backends.openai.transport import (
+    DEFAULT_MAX_RESPONSE_BYTES,
+    LoopThread,
+    post_json,
+    send_chat,
+)
 from capjudge.backends.openai.wire import ChatWire, merge_extra, refused_field, thinking_request
 from capjudge.backends.options import OptionError, as_json_object
 from capjudge.lazyexport import moved_names
@@ -109,7 +114,8 @@ class OpenAIBackend(Backend):
       the capability and price tables).
     - ``concurrency`` (8), ``timeout`` seconds per attempt as a whole (60: connect, send, wait and
       read the entire answer; a server trickling its body is cut off there), ``max_retries`` (6),
-      ``retry_base_delay`` (1 s), ``retry_max_delay`` (60 s).
+      ``retry_base_delay`` (1 s), ``retry_max_delay`` (60 s), ``max_response_bytes`` (16 MiB: an
+      answer's body is read up to that many bytes as it streams in, a larger one refused).
     - ``gone_after`` (5) and ``gone_grace`` (5 s): after that many connection failures in a row,
       over at least that many seconds, with no answer in between, the server is declared gone and
       every remaining request fails at once with :class:`~capjudge.backends.faults.BackendGone`
@@ -172,6 +178,7 @@ class OpenAIBackend(Backend):
         url_auth: UrlAuth | None = None,
         thinking: str | None = None,
         thinking_budget: int | None = None,
+        max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES,
     ) -> None:
         if not kinds.is_api(kind):
             raise ValueError(f"unknown OpenAI-protocol backend kind {kind!r} (known: {', '.join(kinds.api_kinds())})")
@@ -179,6 +186,9 @@ class OpenAIBackend(Backend):
             raise ValueError(f"detail must be one of {', '.join(DETAILS)}, got {detail!r}")
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if max_response_bytes < 1:
+            raise ValueError(f"max_response_bytes must be at least 1, got {max_response_bytes}")
+        self.max_response_bytes = int(max_response_bytes)
         self.kind = kind
         self.model = model
         # Credentials out of the base URL before it is used or shown (a Python caller or
@@ -364,7 +374,7 @@ class OpenAIBackend(Backend):
         while True:
             params = wire.params(request, with_logprobs=with_lp)
             try:
-                response = await send_chat(self._client, merge_extra(params), label=label, timeout=self.timeout, retry=self.retry, breaker=self._breaker)
+                response = await send_chat(self._client, merge_extra(params), label=label, timeout=self.timeout, retry=self.retry, breaker=self._breaker, max_bytes=self.max_response_bytes)
                 break
             except BackendError as exc:
                 # Judged by what *this* request sent: requests in flight when the first refusal

@@ -18,7 +18,7 @@ from capjudge.backends.openai.wire import thinking_request
 from capjudge.backends.options import OptionError, as_bool, as_float, as_int, check_known
 from capjudge.backends.registry import BackendSpec
 
-INT_OPTIONS = ("concurrency", "max_retries", "max_top_logprobs", "gone_after", "reasoning_budget", "thinking_budget")
+INT_OPTIONS = ("concurrency", "max_retries", "max_top_logprobs", "gone_after", "reasoning_budget", "thinking_budget", "max_response_bytes")
 FLOAT_OPTIONS = ("timeout", "retry_base_delay", "retry_max_delay", "max_cost", "gone_grace")
 SECRET_OPTIONS = ("api_key", "azure_ad_token", "key", "token")
 COMPATIBLE_ONLY = ("add_special_tokens", "neutral_penalties")
@@ -61,6 +61,8 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     if opts.get("thinking") is not None or opts.get("thinking_budget") is not None:
         # open thinking models on a vLLM / SGLang server; openai:/azure: are told what they take
         thinking_request(spec.kind, kinds.get(spec.kind).url_target, opts.get("thinking"), opts.get("thinking_budget"), {})
+    if isinstance(opts.get("max_response_bytes"), int) and opts["max_response_bytes"] < 1:
+        raise OptionError(f"option max_response_bytes={opts['max_response_bytes']!r}: a number of bytes, 1 or more")
     if isinstance(opts.get("concurrency"), int) and opts["concurrency"] < 1:
         raise OptionError(f"option concurrency={opts['concurrency']!r}: at least 1 request must be in flight")
     opts["model"] = spec.target

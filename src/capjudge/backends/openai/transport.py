@@ -56,16 +56,50 @@ class LoopThread:
         self.loop.close()
 
 
-async def send_chat(client: Any, body: dict[str, Any], *, label: str, timeout: float, retry: RetryPolicy, breaker: CircuitBreaker) -> dict[str, Any]:
+DEFAULT_MAX_RESPONSE_BYTES = 16 * 1024 * 1024
+"""An answer's body is read up to this many bytes (decoded; backend option ``max_response_bytes``)."""
+
+
+class ResponseTooLarge(BackendError):
+    """The server's answer is over ``max_response_bytes``: refused as it streamed in, never held
+    whole (not retried: the same request would get the same answer)."""
+
+
+async def read_capped(client: Any, body: dict[str, Any], max_bytes: int) -> bytes:
+    """``POST /chat/completions`` through the SDK's client (its auth, routing, error classes),
+    its body read as it streams in, up to ``max_bytes`` (decoded): :class:`ResponseTooLarge`
+    beyond, or at once when the announced length is beyond."""
+    import httpx
+
+    response = await client.post("/chat/completions", body=body, cast_to=httpx.Response, options=POST_OPTIONS, stream=True)
+    try:
+        too_large = f"the server's answer is over max_response_bytes={max_bytes:,} bytes: refused (--backend-opt max_response_bytes=N raises the cap)"
+        declared = str(response.headers.get("content-length", ""))
+        if declared.isdigit() and int(declared) > max_bytes:
+            raise ResponseTooLarge(f"{too_large}; it announced {int(declared):,} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > max_bytes:
+                raise ResponseTooLarge(too_large)
+            chunks.append(chunk)
+        return b"".join(chunks)
+    finally:
+        await response.aclose()
+
+
+async def send_chat(
+    client: Any, body: dict[str, Any], *, label: str, timeout: float, retry: RetryPolicy, breaker: CircuitBreaker, max_bytes: int = DEFAULT_MAX_RESPONSE_BYTES
+) -> dict[str, Any]:
     """One call with tenacity retries; the answer's JSON object, or a described
-    :class:`BackendError`.
+    :class:`BackendError`. The answer's body is read up to ``max_bytes`` (:func:`read_capped`).
 
     The request goes through the SDK's client (``client.post``: its auth, Azure deployment
     routing, headers, timeouts and error classes) with the body capjudge built, which is what
     ``chat.completions.create(**params)`` sends; skipping ``create`` skips the SDK's walk over
     the messages' typed dicts and the answer's pydantic models (~1.5 ms of CPU per request
     with an image and 20 ``top_logprobs``, as much as the rest of the call)."""
-    import httpx
     from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
 
     attempts = 0
@@ -93,17 +127,19 @@ async def send_chat(client: Any, body: dict[str, Any], *, label: str, timeout: f
                     # The SDK's timeout bounds each read; this bounds the attempt as a whole
                     # (connect, send, wait, read the entire body): a server that trickles its
                     # answer a byte at a time is cut off at `timeout` seconds all the same.
-                    raw = await within_deadline(client.post("/chat/completions", body=body, cast_to=httpx.Response, options=POST_OPTIONS), timeout)
+                    raw = await within_deadline(read_capped(client, body, max_bytes), timeout)
                 except Exception as exc:
-                    if is_connection_failure(exc):
+                    if isinstance(exc, ResponseTooLarge):
+                        breaker.success()  # the server answered, if too much
+                    elif is_connection_failure(exc):
                         breaker.failure(describe(exc))
                     elif http_status(exc) is not None:
                         breaker.success()  # the server answered, if only with an error
                     raise
                 breaker.success()
-                response = json.loads(raw.content)  # a JSONDecodeError is retried as malformed
+                response = json.loads(raw)  # a JSONDecodeError is retried as malformed
                 if not isinstance(response, dict) or not response.get("choices") or not isinstance(response["choices"], list):
-                    raise MalformedResponseError(f"answer holds no choices: {raw.text[:200]}")
+                    raise MalformedResponseError(f"answer holds no choices: {raw[:200].decode('utf-8', 'replace')}")
         return response
     except BackendError:
         raise
