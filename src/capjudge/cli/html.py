@@ -68,7 +68,7 @@ def emit(path: str | None, build: Callable[[], Any], *, quiet: bool = False) -> 
 HTML_PARSER: dict[str, Any] = dict(
     help="a self-contained HTML report of results files (sortable table, thumbnails, plots)",
     description=(
-        "Build one HTML file from results files of capjudge score, compare or probe --out: a summary per file "
+        "Build one HTML file from results files (what capjudge score, compare or probe write): a summary per file "
         "(method, backend, counts, mean score, smoothed vs raw), a score histogram and a sortable, filterable "
         "table of every sample with its image, caption(s), score or verdict, raw answer, explanation and error. "
         "The file loads nothing from the network: thumbnails and plots are embedded."
