@@ -104,3 +104,18 @@ def test_hf_tiny_thinking_reads_the_answer_after_the_reasoning(home: Path, tmp_p
     assert rc == 0 and records and all(r["status"] == "ok" for r in records)
     assert all(r["details"]["reasoning"] and r["details"]["judge_preset"] == "qwen3-vl-thinking" for r in records)
     assert (home / "tiny-random-weights").is_dir() and any(p.name.startswith("tiny-thinking-") for p in (home / "tiny-random-weights").iterdir())
+
+
+def test_a_panel_file_entry_may_name_a_tiny_model(home: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    panel = tmp_path / "judges.json"
+    panel.write_text(json.dumps([{"backend": "hf:tiny-nope"}, {"backend": "scripted:0.5"}]))
+    rc = main(["score", "--method", "fleur", "--panel", str(panel), "--images", str(IMAGES), "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(tmp_path / "o.jsonl"), "--no-cache"])
+    err = capsys.readouterr().err
+    assert rc == 2 and f"--panel {panel}: entry 1" in err and "unknown tiny model 'tiny-nope'" in err
+
+
+@pytest.mark.hf
+def test_a_panel_of_a_tiny_model_and_a_scripted_judge(prebuilt: Path, tmp_path: Path) -> None:
+    rc, records = _score(tmp_path, "hf:tiny-llava", "--backend", "scripted:0.5")
+    assert rc == 0 and len(records) == 6
+    assert records[0]["backend"] == f"panel:mean(hf:{prebuilt}, scripted:0.5)"

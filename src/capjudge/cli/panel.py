@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capjudge.cli.tiny import resolve_tiny
 from capjudge.errors import UsageError
 
 ENTRY_KEYS = ("backend", "judge", "backend_options", "name")
@@ -113,7 +114,7 @@ def _entry(path: str, k: int, item: Any) -> Entry:
     if not isinstance(options, dict) or any(isinstance(v, (dict, list)) or v is None for v in options.values()):
         raise UsageError(f"{where}: 'backend_options' must be an object of option -> value (strings, numbers, true/false)")
     options = {str(key).strip().replace("-", "_"): (str(v).lower() if isinstance(v, bool) else v) for key, v in options.items()}
-    return Entry(spec, where, item.get("judge"), item.get("name"), options)
+    return Entry(resolve_tiny(spec, where), where, item.get("judge"), item.get("name"), options)
 
 
 def panel_args(args: argparse.Namespace) -> PanelArgs | None:

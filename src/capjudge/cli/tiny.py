@@ -1,7 +1,7 @@
 """``capjudge tiny list|build``, and the ``hf:tiny-*`` backend names of every command.
 
 Every command that takes a backend spec (``--backend``, several for a panel; parity's ``--a`` /
-``--b``; ``demo --backend``) accepts ``hf:tiny-llava``, ``hf:tiny-thinking``, ... : the tiny
+``--b``; ``demo --backend``; a ``--panel FILE`` entry's ``backend``) accepts ``hf:tiny-llava``, ``hf:tiny-thinking``, ... : the tiny
 random-weight test models of :mod:`capjudge.testing.tiny_models`, built offline on first use.
 :func:`resolve_tiny_backends` rewrites them to their folders before the command runs; nothing is
 imported unless a spec names one (the parser stays fast).
@@ -52,23 +52,25 @@ def cmd_build(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def resolve_tiny_backends(args: argparse.Namespace) -> None:
-    """Replace each ``hf:tiny-*`` spec of ``args`` by the folder of its model, built if need be
-    (an unknown ``tiny-*`` name is a usage error listing the known ones)."""
-    def named(spec: Any) -> bool:
-        return isinstance(spec, str) and spec.startswith("hf:tiny-")
-
-    specs = [getattr(args, a, None) for a in SPEC_ATTRS] + list(getattr(args, "backends", None) or [])
-    if not any(named(s) for s in specs):
-        return
+def resolve_tiny(spec: str, where: str = "--backend") -> str:
+    """One spec: an ``hf:tiny-*`` one as its model's folder (built if need be), any other unchanged;
+    an unknown ``tiny-*`` name is a usage error naming ``where`` and the known names."""
+    if not spec.startswith("hf:tiny-"):
+        return spec
     from capjudge.testing.tiny_models import UnknownTinyModelError, resolve_spec
 
     try:
-        for attr in SPEC_ATTRS:
-            value = getattr(args, attr, None)
-            if isinstance(value, str) and named(value):
-                setattr(args, attr, resolve_spec(value))
-        if getattr(args, "backends", None):
-            args.backends = [resolve_spec(s, quiet=True) if named(s) else s for s in args.backends]
+        return resolve_spec(spec)
     except UnknownTinyModelError as exc:
-        raise UsageError(f"--backend: {exc}") from None
+        raise UsageError(f"{where}: {exc}") from None
+
+
+def resolve_tiny_backends(args: argparse.Namespace) -> None:
+    """Replace each ``hf:tiny-*`` spec of ``args`` by the folder of its model, built if need be
+    (an unknown ``tiny-*`` name is a usage error listing the known ones)."""
+    for attr in SPEC_ATTRS:
+        value = getattr(args, attr, None)
+        if isinstance(value, str):
+            setattr(args, attr, resolve_tiny(value, "--backend" if attr == "backend" else f"--{attr}"))
+    if getattr(args, "backends", None):  # a panel: args.backend is its first spec, resolved above
+        args.backends = [args.backend if k == 0 else resolve_tiny(s, f"--backend {k + 1}") for k, s in enumerate(args.backends)]
