@@ -1,5 +1,6 @@
 # Two commands set up everything on a fresh machine:
-#   make demo   create .venv, install capjudge with the HF backend, run the demo on the bundled examples
+#   make demo   create .venv, install capjudge with the HF backend and the judge server, run the demo on
+#               the bundled examples (every command of the README's "What else" runs after it)
 #   make test   install everything (HF, llama.cpp, Ray, TRL, dev tools, the vLLM CPU venv the vLLM server
 #               tests start their server from) and run ruff, mypy and the test suite
 PYTHON ?= python3
@@ -25,7 +26,7 @@ $(PY):
 
 $(VENV)/.stamp-hf: pyproject.toml tools/torchvision_shim.py | $(PY)
 	$(PY) -m pip install --quiet $(TORCH_SPEC)
-	$(PY) -m pip install --quiet $(TORCH_SPEC) -e '.[hf]'
+	$(PY) -m pip install --quiet $(TORCH_SPEC) -e '.[hf,serve]'
 	$(MAKE) --no-print-directory torchvision-shim
 	touch $@
 

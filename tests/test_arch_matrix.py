@@ -1,7 +1,7 @@
 """The verified architecture matrix of the HF backend: every architecture of
 capjudge.testing.tiny_vlm runs every kind of method through the real ``Judge`` API (FLEUR
 smoothing, VisCE2's two steps, dual-sided pairwise, listwise), batches equal batch size 1 and run
-as one batch, and a missing torchvision gives the install command. The README's "Verified judges"
+as one batch, and a missing torchvision gives the install command. The "Verified judges"
 table is checked against this matrix (:data:`MATRIX`)."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ MATRIX_METHODS = ("fleur", "visce2", "gpt4v-pairwise", "listwise")
 pairwise, listwise)."""
 
 MATRIX = {arch: {"backends": ("hf",), "methods": MATRIX_METHODS} for arch in ARCHITECTURES}
-"""What the tests of this module prove per architecture (the README table must say the same)."""
+"""What the tests of this module prove per architecture (the docs/backends.md table must say the same)."""
 
 ALSO_VERIFIED: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
     "llava": (
@@ -35,7 +35,7 @@ ALSO_VERIFIED: dict[str, tuple[tuple[str, str, tuple[str, ...]], ...]] = {
     "gemma3": (("llama.cpp", "test_llamacpp_families.py", ("test_fleur_and_visce2_end_to_end", "test_digit_logprobs_equal_llama_cpp_logits")),),
 }
 """Backends besides HF that other test modules prove per architecture (backend, module, the tests
-that prove it); the README table's "Also on" column must say the same."""
+that prove it); the docs table's "Also on" column must say the same."""
 
 ARCHS = sorted(ARCHITECTURES)
 CAPTIONS = ["a cat lying on a bed.", "two dogs run in a park.", "a red bus on a street."]
@@ -181,10 +181,10 @@ def test_without_torchvision_the_error_names_the_install_command(tiny_vlm) -> No
             assert out[arch] == "loaded", (arch, out[arch])
 
 
-# ------------------------------------------------------------------ the README table
+# ------------------------------------------------------------------ the docs/backends.md table
 def _readme_table() -> dict[str, dict[str, str]]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text.split("## Verified judges", 1)[1].split("\n## ", 1)[0]
+    text = (ROOT / "docs" / "backends.md").read_text(encoding="utf-8")
+    section = re.split(r"\n##+ ", text.split("\n### Verified judges\n", 1)[1], maxsplit=1)[0]
     rows = [line for line in section.splitlines() if line.startswith("|")]
     header = [c.strip() for c in rows[0].strip("|").split("|")]
     table = {}
@@ -198,7 +198,7 @@ def test_readme_verified_judges_table_matches_the_matrix() -> None:
     from capjudge.backends.hf.prefix import supports_prefix_reuse
 
     table = _readme_table()
-    assert set(table) == set(MATRIX), "README rows and the test matrix name different architectures"
+    assert set(table) == set(MATRIX), "docs/backends.md rows and the test matrix name different architectures"
     for arch, proven in MATRIX.items():
         row = table[arch]
         assert row["Architecture"] == ARCHITECTURES[arch].title

@@ -20,7 +20,7 @@ from capjudge.backends.hf.adapters import (
 HF = Path(__file__).resolve().parents[1] / "src" / "capjudge" / "backends" / "hf"
 PACKAGE = "capjudge.backends.hf"
 
-# The architectures of the verified matrix (README "Verified judges").
+# The architectures of the verified matrix (docs/backends.md "Verified judges").
 MATRIX = ["llava", "llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "qwen3_vl", "gemma3", "idefics3", "smolvlm", "internvl", "mistral3", "paligemma"]
 
 

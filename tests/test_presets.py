@@ -283,8 +283,8 @@ def test_a_named_preset_changes_format_padding_and_system_on_the_tiny_llava(tiny
 
 
 def test_docs_tables_name_every_preset_and_method() -> None:
-    """The judge-preset table in docs/backends.md and the method tables of docs/methods.md and the
-    README list what the registries hold."""
+    """The judge-preset table in docs/backends.md and the method tables of docs/methods.md (the full
+    one and the one "In short") list what the registries hold."""
     from capjudge.prompts import list_methods
 
     root = Path(__file__).resolve().parents[1]
@@ -293,12 +293,13 @@ def test_docs_tables_name_every_preset_and_method() -> None:
     for name in PRESETS:
         assert f"`{name}`" in table, name
     methods = (root / "docs" / "methods.md").read_text(encoding="utf-8")
-    mtable = methods[methods.index("| method | source |") :].split("\n\n")[0]
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    rtable = readme[readme.index("| method | source |") :].split("\n\n")[0]
+    full = methods[methods.index("\n## Methods\n") :]
+    mtable = full[full.index("| method | source |") :].split("\n\n")[0]
+    short = methods[methods.index("\n## In short\n") :]
+    rtable = short[short.index("| method | source |") :].split("\n\n")[0]
     for name in list_methods():
         if name.endswith("-hardened"):
-            continue  # opt-in variants: named in the README's table and in the text of methods.md
+            continue  # opt-in variants: named in the short table and in the text of methods.md
         assert f"`{name}`" in mtable, name
         assert f"`{name}`" in rtable, name
 

@@ -350,12 +350,12 @@ def test_one_image_group_per_image_on_hf(tiny_llava_dir: Path) -> None:
 
 # ----------------------------------------------------------------------------- README
 def test_readme_example_runs_as_printed() -> None:
-    """README "Use it as a reward": the block without a model runs from the repository root and
+    """docs/reward.md "In short": the block without a model runs from the repository root and
     prints what its comment says."""
     root = Path(__file__).resolve().parents[1]
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    section = readme.split("## Use it as a reward", 1)[1].split("\n## ", 1)[0]
-    code = re.search(r"\.venv/bin/python - <<'EOF'\n(.*?)\nEOF\n", section, re.S)
+    readme = (root / "docs" / "reward.md").read_text(encoding="utf-8")
+    section = readme.split("## In short: Use it as a reward", 1)[1].split("\n## ", 1)[0]
+    code = re.search(r"python - <<'EOF'\n(.*?)\nEOF\n", section, re.S)
     assert code is not None
     expected = re.search(r"#\s*(\[.*\])\s*$", code.group(1), re.M)
     assert expected is not None

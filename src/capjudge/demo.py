@@ -26,24 +26,16 @@ def examples_dir() -> Path:
 
 
 def tiny_model_dir() -> Path:
-    """Where the demo keeps its tiny model: built once per version of the builder, then reused."""
-    import hashlib
-    import os
+    """Where the demo keeps its tiny model: ``hf:tiny-llava``'s folder, built once per version of the builder."""
+    from capjudge.testing.tiny_models import tiny_path
 
-    import capjudge.testing.tiny_llava as builder
-
-    version = hashlib.sha256(Path(builder.__file__).read_bytes()).hexdigest()[:10]
-    base = Path(os.environ.get("CAPJUDGE_HOME", Path.home() / ".cache" / "capjudge"))
-    return base / f"tiny-llava-demo-{version}"
+    return tiny_path("tiny-llava")
 
 
 def _ensure_tiny_model() -> Path:
-    from capjudge.testing.tiny_llava import build_tiny_llava
+    from capjudge.testing.tiny_models import ensure_tiny
 
-    path = tiny_model_dir()
-    if not (path / "config.json").is_file() or not (path / "model.safetensors").is_file():
-        build_tiny_llava(path)
-    return path
+    return ensure_tiny("tiny-llava")
 
 
 def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache_dir: str | None = None) -> int:
@@ -107,7 +99,7 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
     report = _write_report(out_dir, names, ex / "images")
     con.print(f"results written to {out_dir}/ ({', '.join(names)}); report: {report}")
     if tiny:
-        con.print("[bold yellow]Reminder: tiny random model, meaningless scores. See README for real-model commands.[/bold yellow]")
+        con.print("[bold yellow]Reminder: tiny random model, meaningless scores. See docs/cli.md for real-model commands.[/bold yellow]")
     model.close()
     return 0
 

@@ -65,5 +65,5 @@ def cmd_agree(args: argparse.Namespace) -> int:
         from capjudge.cli.html import command_line, emit
         from capjudge.metaeval.agree_page import agree_page
 
-        emit(args.html, lambda: agree_page(report, args.results, images=args.html_images, command=command_line()))
+        emit(args.html, lambda: agree_page(report, args.results, images=args.images, command=command_line()))
     return 0 if report.ok else 1

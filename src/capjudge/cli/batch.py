@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.backends.openai.batch_control import SUBMITTED_MESSAGE as SUBMITTED_MESSAGE
+from capjudge.cli.aliases import add_format
 from capjudge.errors import EXIT_OK, EXIT_PENDING, UsageError
 
 EXIT_SUBMITTED = EXIT_PENDING
@@ -153,7 +154,7 @@ def register(subparsers: Any) -> None:
         q.add_argument("--backend", default=None, metavar="SPEC", help="the run's --backend again, when its URL carried credentials (never stored)")
         q.add_argument("--backend-opt", action="append", default=[], metavar="KEY=VALUE", help="backend option, e.g. api_key=... when the run was given its key so (never stored)")
         if name == "status":
-            q.add_argument("--json", action="store_true", help="print the state as one JSON object")
+            add_format(q, help="table (default) or json: the state as one JSON object", json_alias=True)
         if name == "collect":
             q.add_argument("--wait", action="store_true", help="poll until every batch is done")
             q.add_argument("--poll-interval", type=float, default=None, metavar="SECONDS", help="with --wait: seconds between polls")
@@ -189,7 +190,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     finally:
         provider.close()
         backend.close()
-    if args.json:
+    if args.format == "json":
         print(json.dumps({"state": str(state.path), "jobs": [asdict(j) for j in state.jobs], "stats": asdict(state.stats)}))
         return 0
     print(f"batch run of {args.out} ({state.path}), backend {state.backend}")

@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from capjudge.cli.aliases import add_format
+
 
 def _human(n: int) -> str:
     size = float(n)
@@ -25,7 +27,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(f"cache {directory}: empty (no directory)")
         return 0
     stats = ResponseCache(directory).stats()
-    if getattr(args, "json", False):
+    if args.format == "json":
         import json
 
         print(json.dumps(stats))
@@ -58,5 +60,5 @@ def register(subparsers: Any) -> None:
         p = sub.add_parser(name, help=help_text)
         p.add_argument("--cache-dir", default=None, help="cache directory (default: $CAPJUDGE_CACHE_DIR or ~/.cache/capjudge)")
         if name == "stats":
-            p.add_argument("--json", action="store_true", help="print the statistics as one JSON object")
+            add_format(p, help="table (default) or json: the statistics as one JSON object", json_alias=True)
         p.set_defaults(func=func)

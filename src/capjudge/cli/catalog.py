@@ -5,17 +5,18 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from capjudge.cli.aliases import add_format
 from capjudge.errors import EXIT_OK
 
 
 def register(sub: Any) -> None:
     """Add ``methods`` and ``judges`` to an argparse subparsers object."""
     p = sub.add_parser("methods", help="list the judging methods: source, decoding, parsing, options")
-    p.add_argument("--json", action="store_true", help="one JSON object per method")
+    add_format(p, help="table (default) or json: one JSON object per method", json_alias=True)
     p.set_defaults(func=cmd_methods)
 
     p = sub.add_parser("judges", help="list the judge presets: chat format, system policy, image tokens, padding, dtype, backends")
-    p.add_argument("--json", action="store_true", help="one JSON object per preset")
+    add_format(p, help="table (default) or json: one JSON object per preset", json_alias=True)
     p.set_defaults(func=cmd_judges)
 
 
@@ -54,7 +55,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
     import json
 
     rows = _method_rows()
-    if args.json:
+    if args.format == "json":
         for row in rows:
             print(json.dumps(row, ensure_ascii=False))
         return EXIT_OK
@@ -94,7 +95,7 @@ def cmd_judges(args: argparse.Namespace) -> int:
     from capjudge.backends.presets import METHOD_SYSTEM, list_presets
 
     presets = list_presets()
-    if args.json:
+    if args.format == "json":
         for preset in presets:
             print(json.dumps(preset.as_row(), ensure_ascii=False))
         return EXIT_OK

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from capjudge.cli.aliases import add_format
 from capjudge.cli.common import (
     add_common,
     bad_row_result,
@@ -26,7 +27,7 @@ def register(sub: Any) -> None:
     p.add_argument("--reference", action="append", help="reference caption (repeatable)")
     p.add_argument("--input", default=None, help="JSONL or CSV of samples instead of --image/--caption")
     p.add_argument("--out", default=None, help="also write the results JSONL here")
-    p.add_argument("--json", action="store_true", help="print JSON records")
+    add_format(p, help="table (default) or json: one JSON record per line", json_alias=True)
     p.set_defaults(func=cmd_explain)
 
 
@@ -63,7 +64,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             tally.add(res)
             if writer is not None:
                 writer.write(res)
-            if args.json:
+            if args.format == "json":
                 print(json.dumps(res.to_dict(), ensure_ascii=False, default=float))
             else:
                 con.print(f"[bold]{res.image}[/bold]  {res.caption!r}")

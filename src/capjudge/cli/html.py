@@ -13,14 +13,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from capjudge.cli.aliases import add_alias
+
 HTML_HELP = "also write a self-contained HTML report here (sortable sample table with thumbnails, plots)"
 
 
 def add_html_option(p: argparse.ArgumentParser, *, images: bool = False) -> None:
-    """Add ``--html FILE`` (and, for commands without ``--images``, ``--html-images DIR``)."""
+    """Add ``--html FILE`` (and, for commands that judge no images, ``--images DIR`` for the
+    report's thumbnails, with the old name ``--html-images`` as a hidden alias)."""
     p.add_argument("--html", default=None, metavar="FILE.html", help=HTML_HELP)
     if images:
-        p.add_argument("--html-images", default=None, metavar="DIR", help="folder the results' relative image paths are resolved against, for the report's thumbnails")
+        p.add_argument("--images", default=None, metavar="DIR", help="folder the results' relative image paths are resolved against, for the HTML report's thumbnails")
+        add_alias(p, "--html-images", "--images", dest="images", metavar="DIR")
 
 
 def command_line() -> str:
@@ -64,7 +68,7 @@ def emit(path: str | None, build: Callable[[], Any], *, quiet: bool = False) -> 
 HTML_PARSER: dict[str, Any] = dict(
     help="a self-contained HTML report of results files (sortable table, thumbnails, plots)",
     description=(
-        "Build one HTML file from results files of capjudge score, compare or probe --out: a summary per file "
+        "Build one HTML file from results files (what capjudge score, compare or probe write): a summary per file "
         "(method, backend, counts, mean score, smoothed vs raw), a score histogram and a sortable, filterable "
         "table of every sample with its image, caption(s), score or verdict, raw answer, explanation and error. "
         "The file loads nothing from the network: thumbnails and plots are embedded."
@@ -76,7 +80,9 @@ def register(subparsers: Any) -> None:
     """Add ``html`` to an argparse subparsers object."""
     p = subparsers.add_parser("html", **HTML_PARSER)
     p.add_argument("results", nargs="+", metavar="RESULTS.jsonl", help="one or more results files")
-    p.add_argument("-o", "--out", required=True, metavar="REPORT.html", help="the HTML file to write")
+    out = p.add_mutually_exclusive_group(required=True)
+    out.add_argument("-o", "--html", metavar="REPORT.html", help="the HTML file to write (as --html on the other commands)")
+    add_alias(out, "--out", "--html (or -o)", dest="html", metavar="REPORT.html")
     p.add_argument("--images", default=None, metavar="DIR", help="folder relative image paths are resolved against (default: beside each results file, then the current folder); only images inside it (or, without it, inside the folders searched) are embedded")
     p.add_argument("--allow-outside-images", action="store_true", help="also embed image files outside the image folder(s): ../ paths, absolute paths, symlinks pointing outside")
     p.add_argument("--names", nargs="+", metavar="NAME", help="a name per results file (default: the file names)")
@@ -95,7 +101,7 @@ def cmd_html(args: argparse.Namespace) -> int:
         raise UsageError("--max-rows and --thumb-size must be 0 or more")
     if args.images is not None and not Path(args.images).is_dir():
         raise UsageError(f"--images {args.images!r} is not a folder")
-    check_html(args.out, args.results)
+    check_html(args.html, args.results)
     from capjudge.metaeval.agree_load import AgreeInputError
     from capjudge.metaeval.agree_page import agree_lead
     from capjudge.report.html import write_html
@@ -116,7 +122,7 @@ def cmd_html(args: argparse.Namespace) -> int:
         )
     except AgreeInputError as exc:
         raise UsageError(f"--agree: {exc}") from None
-    out = write_html(page, args.out)
+    out = write_html(page, args.html)
     n = sum(len(t.rows) for s in page.sections for t in s.tables)
     print(f"HTML report written to {out} ({n} rows, {len(page.thumbs.css_classes())} thumbnails, {out.stat().st_size / 1024:.0f} KB)", file=sys.stderr)
     return 0

@@ -165,7 +165,7 @@ def _html(args: argparse.Namespace, evals: Sequence[MetaEval], names: Sequence[s
     from capjudge.cli.html import command_line, emit
     from capjudge.metaeval.pages import metaeval_page
 
-    images = getattr(args, "html_images", None) or getattr(args, "images", None)
+    images = getattr(args, "images", None)
     emit(args.html, lambda: metaeval_page(evals, names=names, images=images, command=command_line()), quiet=getattr(args, "quiet", False))
 
 

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capjudge.cli.tiny import resolve_tiny
 from capjudge.errors import UsageError
 
 ENTRY_KEYS = ("backend", "judge", "backend_options", "name")
@@ -38,7 +39,7 @@ def add_backend_option(p: argparse.ArgumentParser, help_text: str) -> None:
     """``--backend`` (repeatable: a panel of judges) and the ``--panel*`` options."""
     p.add_argument("--backend", action=BackendSpecs, default=None, help=help_text + "; give it several times for a panel of judges (or --panel FILE)")
     p.set_defaults(backends=None)
-    g = p.add_argument_group("panel of judges (several judges as one; README 'Panels of judges')")
+    g = p.add_argument_group("panel of judges (several judges as one; docs/panels.md)")
     g.add_argument("--panel", default=None, metavar="FILE", help='JSON list of judges, each {"backend": SPEC, "judge": PRESET, "backend_options": {...}, "name": NAME}, or {"judges": [...], "aggregate": ..., "quorum": K}')
     g.add_argument("--panel-aggregate", choices=("mean", "median"), default=None, help="how the judges' scores become the panel's (default mean); verdicts go by majority")
     g.add_argument("--panel-quorum", type=int, default=None, metavar="K", help="judges that must answer for the panel's record to be ok (default: more than half)")
@@ -113,7 +114,7 @@ def _entry(path: str, k: int, item: Any) -> Entry:
     if not isinstance(options, dict) or any(isinstance(v, (dict, list)) or v is None for v in options.values()):
         raise UsageError(f"{where}: 'backend_options' must be an object of option -> value (strings, numbers, true/false)")
     options = {str(key).strip().replace("-", "_"): (str(v).lower() if isinstance(v, bool) else v) for key, v in options.items()}
-    return Entry(spec, where, item.get("judge"), item.get("name"), options)
+    return Entry(resolve_tiny(spec, where), where, item.get("judge"), item.get("name"), options)
 
 
 def panel_args(args: argparse.Namespace) -> PanelArgs | None:

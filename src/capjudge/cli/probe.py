@@ -10,6 +10,7 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from capjudge.cli.aliases import add_alias, add_format
 from capjudge.cli.common import (
     add_common,
     console,
@@ -55,11 +56,18 @@ CHOOSE_ONE_PARSER: dict[str, Any] = dict(
 )
 
 
+# What probe and choose-one print: the report rendered as tables, its Markdown text, or its JSON.
+FORMATS = ("table", "markdown", "json")
+FORMAT_HELP = "what is printed: table (default: the report's tables on a terminal, its Markdown text when piped), markdown, or json (one line, what --out-json writes)"
+
+
 def register(subparsers: Any) -> None:
     """Add ``probe`` and ``choose-one`` to an argparse subparsers object."""
     p = subparsers.add_parser("probe", **PROBE_PARSER)
     add_common(p)
-    p.add_argument("--captions", required=True, metavar="FILE", help="JSONL or CSV with image, caption[, references, id]: the original (correct) captions")
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--input", metavar="FILE", help="JSONL or CSV with image, caption[, references, id]: the original (correct) captions")
+    add_alias(src, "--captions", "--input", dest="input", metavar="FILE")
     p.add_argument("--kinds", default="all", help="comma-separated perturbation kinds or families (default: all)")
     p.add_argument("--seed", type=int, default=0, help="perturbation seed (default 0)")
     p.add_argument("--pairwise", action="store_true", help="also compare original vs perturbed by dual-sided pairwise comparison (the GPT-4V evaluator paper)")
@@ -71,20 +79,22 @@ def register(subparsers: Any) -> None:
     p.add_argument("--markdown", default=None, metavar="F", help="write the report as a Markdown table")
     p.add_argument("--plot", default=None, metavar="F.png", help="write a bar chart")
     add_html_option(p)
+    add_format(p, FORMATS, help=FORMAT_HELP)
     p.set_defaults(func=cmd_probe)
 
     p = subparsers.add_parser("choose-one", **CHOOSE_ONE_PARSER)
     add_common(p, method_default="listwise")
     src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--input", metavar="GROUPS.jsonl", help="JSONL/CSV rows: image, true (list), flawed (list)[, id]")
-    src.add_argument("--captions", metavar="FILE", help="captions file; flawed captions are made from the true ones with --flaw-kinds")
-    p.add_argument("--n-flawed", type=int, default=5, help="flawed captions per image when built from --captions (default 5, as the Cobra-effect paper)")
+    src.add_argument("--input", metavar="FILE", help="JSONL/CSV rows of groups (image, true (list), flawed (list)[, id]), or of captions (image, caption[, references, id]) from which the flawed ones are made with --flaw-kinds")
+    add_alias(src, "--captions", "--input", dest="input", metavar="FILE")
+    p.add_argument("--n-flawed", type=int, default=5, help="flawed captions per image when --input holds captions (default 5, as the Cobra-effect paper)")
     p.add_argument("--n-true", type=int, default=5, help="at most this many true captions per image (default 5)")
     p.add_argument("--flaw-kinds", default=",".join(DEFAULT_FLAW_KINDS), help=f"perturbations that make the flawed captions (default {','.join(DEFAULT_FLAW_KINDS)})")
-    p.add_argument("--no-references", action="store_true", help="with --captions: do not count the references as true captions")
+    p.add_argument("--no-references", action="store_true", help="when --input holds captions: do not count the references as true captions")
     p.add_argument("--seed", type=int, default=0, help="seed for the flaws and the candidate order")
     p.add_argument("--out-json", default=None, metavar="F", help="write the report as JSON")
     p.add_argument("--markdown", default=None, metavar="F", help="write the report as Markdown")
+    add_format(p, FORMATS, help=FORMAT_HELP)
     p.set_defaults(func=cmd_choose_one)
 
 
@@ -96,6 +106,34 @@ def _read_captions(path: str, limit: int | None) -> tuple[list[dict[str, Any]], 
         rows = rows[:limit]
     good = [r for r in rows if not isinstance(r, BadRow)]
     return good, len(rows) - len(good)
+
+
+def _holds_groups(path: str) -> bool:
+    """Whether choose-one's ``--input`` holds groups (``true`` / ``flawed`` lists) rather than
+    captions to make flawed ones from: read from its first readable row (a CSV's header)."""
+    from capjudge.io import read_rows
+
+    for row in read_rows(path):
+        if isinstance(row, dict):
+            return "true" in row or "flawed" in row
+    return False
+
+
+def _print_report(fmt: str, text: str, data: dict[str, Any]) -> None:
+    """Print a probe report as ``--format`` says: ``table`` renders the Markdown's tables on a
+    terminal (piped, it is the Markdown text, as before), ``markdown`` the text, ``json`` one line."""
+    import json
+
+    if fmt == "json":
+        print(json.dumps(data, ensure_ascii=False, default=float))
+        return
+    out = console(stderr=False)
+    if fmt == "table" and out.is_terminal:
+        from rich.markdown import Markdown
+
+        out.print(Markdown(text))
+    else:
+        print(text)
 
 
 def _kinds(text: str) -> list[str]:
@@ -132,11 +170,11 @@ def cmd_probe(args: argparse.Namespace) -> int:
     method = method_with_template(args.method, args.template, args.template_file)
     other = get_method(args.compare_method) if args.compare_method else None
     second_plot = str(_second_plot(args.plot, other.name)) if other is not None and args.plot else None
-    preflight(args, inputs=[(args.captions, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot), ("--plot", second_plot), ("--html", args.html)], out_kind="score",
+    preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--out-json", args.out_json), ("--markdown", args.markdown), ("--plot", args.plot), ("--plot", second_plot), ("--html", args.html)], out_kind="score",
                report_kinds={"--out-json": "probe-json", "--markdown": "markdown", "--plot": "plot"})  # fmt: skip
-    samples, bad = _read_captions(args.captions, args.limit)
+    samples, bad = _read_captions(args.input, args.limit)
     if not samples:
-        raise UsageError(f"{args.captions}: no usable caption rows")
+        raise UsageError(f"{args.input}: no usable caption rows")
     judge = make_judge(args, method)
     writer = ResultWriter(args.out) if args.out else None
     con = console()
@@ -173,7 +211,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         reports = [report] if second is None else [report, second]
         emit(args.html, lambda: probe_page(reports, comparison=cmp, images=args.images, command=command_line()), quiet=args.quiet)
     if not args.quiet:
-        print(text)
+        _print_report(args.format, text, data)
         if bad:
             con.print(f"[yellow]{bad} input row(s) could not be read and were skipped.[/yellow]")
     return EXIT_OK
@@ -186,25 +224,23 @@ def cmd_choose_one(args: argparse.Namespace) -> int:
     from capjudge.probes.report import choose_one_markdown, write_json
 
     method = method_with_template(args.method, args.template, args.template_file)
-    preflight(args, inputs=[(args.input, ("image",)), (args.captions, ("image", "caption"))], reports=[("--out-json", args.out_json), ("--markdown", args.markdown)],
+    preflight(args, inputs=[(args.input, ("image",))], reports=[("--out-json", args.out_json), ("--markdown", args.markdown)],
                report_kinds={"--out-json": "choose-one-json", "--markdown": "markdown"})  # fmt: skip
     bad: list[str] = []
-    if args.input:
-        groups: list[ChoiceGroup] = []
+    groups: list[ChoiceGroup] = []
+    if _holds_groups(args.input):
         for n, row in enumerate(read_rows(args.input), start=1):
             g = row.error if isinstance(row, BadRow) else group_from_row(row, n)
             if isinstance(g, str):
                 bad.append(g)
             else:
                 groups.append(g)
-        if args.limit is not None:
-            groups = groups[: args.limit]
     else:
-        samples, nbad = _read_captions(args.captions, None)
+        samples, nbad = _read_captions(args.input, None)
         bad += [f"{nbad} caption row(s) unreadable"] if nbad else []
         groups = build_groups(samples, n_flawed=args.n_flawed, n_true=args.n_true, kinds=_kinds(args.flaw_kinds), seed=args.seed, use_references=not args.no_references)
-        if args.limit is not None:
-            groups = groups[: args.limit]
+    if args.limit is not None:
+        groups = groups[: args.limit]
     if not groups:
         raise UsageError("no usable groups" + (f" ({bad[0]})" if bad else ""))
     judge = make_judge(args, method)
@@ -223,7 +259,9 @@ def cmd_choose_one(args: argparse.Namespace) -> int:
         data["bad_rows"] = bad
         write_json(data, args.out_json)
     if not args.quiet:
-        print(text)
+        data = report.to_dict()
+        data["bad_rows"] = bad
+        _print_report(args.format, text, data)
         for b in bad[:5]:
             console().print(f"[yellow]skipped: {b}[/yellow]")
     return EXIT_OK

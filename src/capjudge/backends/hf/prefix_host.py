@@ -15,7 +15,7 @@ PREFIX_REUSE_MODEL_TYPES = frozenset(m for m, a in ADAPTERS.items() if a.unsuppo
 """HF ``model_type`` values whose prompts the fast path handles (its float64 equality with plain
 decoding is tested for each); every other architecture falls back to the backend's batched
 ``generate``. Derived from :data:`capjudge.backends.hf.adapters.ADAPTERS` (with the reasons:
-:func:`prefix_reuse_support`); the README's "Verified judges" table is checked against it."""
+:func:`prefix_reuse_support`); the "Verified judges" table of docs/backends.md is checked against it."""
 
 
 def supports_prefix_reuse(model_type: str) -> bool:
