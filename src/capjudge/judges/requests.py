@@ -69,16 +69,17 @@ class RequestBuilder:
             top_logprobs=self.top_logprobs if logprobs else 0,
         )
 
-    def step_request(self, system: str | None, prompt: str, image: LoadedImage | None = None, *, temperature: float, max_new_tokens: int, text_first: bool = False) -> Request:
+    def step_request(self, system: str | None, prompt: str, image: LoadedImage | None = None, *, temperature: float, max_new_tokens: int, text_first: bool = False, parts: bool = True) -> Request:
         """One step of a multi-step method (``judges.steps``): its official ``system`` text (see
         :meth:`system_turn`), then ``prompt`` as the user turn, with ``image`` (after the text when
-        ``text_first``) or as a text-only request (no image: one text part)."""
+        ``text_first``) or as a text-only request (no image: one text part; ``parts=False``: a plain
+        string, as CAPability's code sends it)."""
         msgs: list[Message] = []
         turn = self.system_turn(system)
         if turn is not None:
             msgs.append(turn)
         images = (image,) if image is not None else ()
-        msgs.append(Message("user", prompt, images=images, text_first=text_first and bool(images), detail=self.method.image_detail if images else None, parts=True))
+        msgs.append(Message("user", prompt, images=images, text_first=text_first and bool(images), detail=self.method.image_detail if images else None, parts=parts or bool(images)))
         return Request(tuple(msgs), self.config(max_new_tokens, False, temperature))
 
     def system_only_request(self, system: str, *, temperature: float, max_new_tokens: int) -> Request:
