@@ -32,12 +32,12 @@ class RequestBuilder:
     top_logprobs: int = 20
     official: bool = False
 
-    def system_turn(self, official_text: str | None) -> Message | None:
+    def system_turn(self, official_text: str | None, parts: bool = True) -> Message | None:
         """The system turn of a request whose official system text is ``official_text``: that
-        text, sent as the official code sends it (a list of one text part), when the judge's
-        system is ``"auto"``; else the judge's own system sentence (or none)."""
+        text, sent as the official code sends it (a list of one text part; ``parts=False``: a
+        string), when the judge's system is ``"auto"``; else the judge's own system sentence (or none)."""
         if self.official:
-            return Message("system", official_text, parts=True) if official_text is not None else None
+            return Message("system", official_text, parts=parts) if official_text is not None else None
         return Message("system", self.system) if self.system else None
 
     def method_system(self, references: Sequence[str] = ()) -> str | None:
@@ -75,7 +75,7 @@ class RequestBuilder:
         ``text_first``) or as a text-only request (no image: one text part; ``parts=False``: a plain
         string, as CAPability's code sends it)."""
         msgs: list[Message] = []
-        turn = self.system_turn(system)
+        turn = self.system_turn(system, parts)
         if turn is not None:
             msgs.append(turn)
         images = (image,) if image is not None else ()

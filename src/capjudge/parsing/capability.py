@@ -218,7 +218,7 @@ def dimension_metrics(scores: Iterable[int | list[int]]) -> dict[str, Any]:
     """``calculate_metric``: ``all`` (item scores), ``hit`` (non-zero), ``correct`` (1), and
     ``precision`` = 100 correct / hit, ``recall`` = 100 correct / all, ``hit_rate`` = 100 hit / all,
     ``f1_score`` their harmonic mean. Where the code divides by zero (no item, no hit, no correct
-    item) the value is ``None`` and ``undefined`` says why (``eval.py`` stops with ZeroDivisionError)."""
+    item) the value is ``None`` and ``undefined`` says why (``eval.py``'s numpy division prints ``nan``)."""
     arr = np.array(flat_scores(scores))
     total, hit, correct = len(arr), int(np.count_nonzero(arr != 0)), int(np.count_nonzero(arr == 1))
     out: dict[str, Any] = {
@@ -248,7 +248,7 @@ MEASURES = ("precision", "recall", "f1_score", "hit_rate")
 
 def average_metrics(per_dimension: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """``evaluate``'s ``Average ...``: ``np.mean`` of each measure over the dimensions (13 in a
-    full run); ``None`` for a measure some dimension leaves undefined."""
+    full run); ``None`` for a measure some dimension leaves undefined (``eval.py``: ``nan``)."""
     out: dict[str, Any] = {"dimensions": len(per_dimension)}
     for m in MEASURES:
         values = [d[m] for d in per_dimension.values()]
