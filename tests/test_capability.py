@@ -445,3 +445,22 @@ def test_offline_example_command_runs(tmp_path: Path, capsys: pytest.CaptureFixt
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert len(records) == 24 and all(r["status"] == "ok" for r in records)
     assert "CAPability mean of 13 dimension(s)" in capsys.readouterr().out
+
+
+def test_capjudge_results_sit_beside_eval_py_folders(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A capjudge run's results file reads as one more model, its numbers those of its records' item scores."""
+    out = tmp_path / "mine.jsonl"
+    args = ["score", "--method", "capability", "--method-option", f"annotations={EXAMPLE / 'annotations'}", "--input", str(EXAMPLE / "captions.jsonl")]
+    assert main([*args, "--backend", f"scripted:{{}}?rules={EXAMPLE / 'rules.json'}", "--out", str(out)]) == 0
+    capsys.readouterr()
+    # the same item scores written as an eval.py output folder
+    folder = tmp_path / "theirs"
+    folder.mkdir()
+    for rec in map(json.loads, out.read_text().splitlines()):
+        for dim in rec["details"]["steps"]["dimensions"]:
+            with (folder / f"{dim['dimension']}.jsonl").open("a") as f:
+                f.write(json.dumps({**dim["response"], "file_id": rec["id"]}) + "\n")
+    both = capability_results([out, folder], EXAMPLE / "annotations")
+    assert list(both) == ["mine", "theirs"] and both["mine"] == both["theirs"]
+    assert main(["capability-results", str(out), str(folder), "--annotations", str(EXAMPLE / "annotations")]) == 0
+    assert [line.split(" | ")[0].strip() for line in capsys.readouterr().out.splitlines()[-2:]] == ["mine", "theirs"]

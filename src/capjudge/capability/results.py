@@ -93,6 +93,48 @@ def model_results(
     return {"dimensions": per, "average": average_metrics(per)}
 
 
+def records_results(
+    path: Path, annotations: Path, max_allow_missing: int = MAX_ALLOW_MISSING
+) -> dict[str, Any]:
+    """A capjudge results file of method ``capability`` / ``capability-code``: its records' item
+    scores (``details.capability``) by dimension, with the same numbers as a folder of eval.py's."""
+    scores: dict[str, dict[str, Any]] = {}
+    for n, rec in enumerate(_jsonl_records(path), 1):
+        details = rec.get("details") if isinstance(rec.get("details"), dict) else {}
+        for item in details.get("capability") or ():
+            if isinstance(item, dict) and item.get("score") is not None:
+                scores.setdefault(str(item.get("dimension")), {})[str(rec.get("id", n))] = item[
+                    "score"
+                ]
+    if not scores:
+        raise ResultsError(
+            f"{path} holds no CAPability item scores (records of method capability with details.capability)"
+        )
+    per: dict[str, Any] = {}
+    for task in [t for t in TASKS if t in scores]:
+        missing = len(_annotations(annotations, task)) - len(scores[task])
+        per[task] = {
+            **dimension_metrics(scores[task].values()),
+            "missing": missing,
+            "would_ask_again": missing > max_allow_missing,
+        }
+    return {"dimensions": per, "average": average_metrics(per)}
+
+
+def _jsonl_records(path: Path) -> list[dict[str, Any]]:
+    rows = []
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ResultsError(f"{path} line {n} is not JSON: {exc}") from None
+        if isinstance(row, dict):
+            rows.append(row)
+    return rows
+
+
 def _is_model(folder: Path) -> bool:
     return any((folder / f"{t}.jsonl").is_file() for t in TASKS)
 
@@ -100,15 +142,21 @@ def _is_model(folder: Path) -> bool:
 def capability_results(
     paths: list[str | Path], annotations: str | Path, max_allow_missing: int = MAX_ALLOW_MISSING
 ) -> dict[str, Any]:
-    """``{model: model_results}`` for each path: a model's output folder, or a folder of them
-    (``evaluation/output/``: each sub-folder with ``<dimension>.jsonl`` files is a model)."""
+    """``{model: model_results}`` for each path: a model's output folder, a folder of them
+    (``evaluation/output/``: each sub-folder with ``<dimension>.jsonl`` files is a model), or a
+    capjudge results file of method ``capability`` (named by its file name without ``.jsonl``)."""
     anno = Path(annotations)
     if not anno.is_dir():
         raise ResultsError(f"annotations folder {str(annotations)!r} does not exist")
     models: dict[str, Any] = {}
     for p in map(Path, paths):
+        if p.is_file():
+            models[p.stem if p.stem not in models else str(p)] = records_results(
+                p, anno, max_allow_missing
+            )
+            continue
         if not p.is_dir():
-            raise ResultsError(f"{str(p)!r} is not a folder")
+            raise ResultsError(f"{str(p)!r} is not a folder or a results file")
         found = (
             [p] if _is_model(p) else sorted(d for d in p.iterdir() if d.is_dir() and _is_model(d))
         )
@@ -156,4 +204,10 @@ def format_results(models: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-__all__ = ["ResultsError", "capability_results", "format_results", "model_results"]
+__all__ = [
+    "ResultsError",
+    "capability_results",
+    "format_results",
+    "model_results",
+    "records_results",
+]

@@ -28,8 +28,8 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "dirs",
         nargs="+",
-        metavar="DIR",
-        help="a model's output folder (<dimension>.jsonl files) or a folder of them",
+        metavar="PATH",
+        help="a model's output folder (<dimension>.jsonl files), a folder of them, or a capjudge results file of method capability (one row each, in one table)",
     )
     p.add_argument(
         "--annotations",

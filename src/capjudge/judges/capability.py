@@ -45,6 +45,9 @@ ASKS = MAX_RETRY_TIMES + 1
 def _load(folder: str, stamp: tuple[tuple[str, float], ...]) -> dict[str, list[tuple[str, Any]]]:
     by_file: dict[str, list[tuple[str, Any]]] = {}
     for task, _ in stamp:
+        rows: dict[
+            str, Any
+        ] = {}  # a file_id twice: the last row counts, as eval.py's file2anno keeps it
         path = Path(folder) / f"{task}.jsonl"
         for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
             if not line.strip():
@@ -56,7 +59,9 @@ def _load(folder: str, stamp: tuple[tuple[str, float], ...]) -> dict[str, list[t
                 raise ValueError(
                     f'{path} line {n} is not a CAPability annotation ({{"file_id": ..., "annotation": ...}}): {type(exc).__name__}: {exc}'
                 ) from None
-            by_file.setdefault(str(file_id), []).append((task, annotation))
+            rows[str(file_id)] = annotation
+        for file_id, annotation in rows.items():
+            by_file.setdefault(file_id, []).append((task, annotation))
     return by_file
 
 
