@@ -100,7 +100,9 @@ def records_results(
     scores (``details.capability``) by dimension, with the same numbers as a folder of eval.py's."""
     scores: dict[str, dict[str, Any]] = {}
     for n, rec in enumerate(_jsonl_records(path), 1):
-        details = rec.get("details") if isinstance(rec.get("details"), dict) else {}
+        details = rec.get("details")
+        if not isinstance(details, dict) or rec.get("status", "ok") != "ok":
+            continue
         for item in details.get("capability") or ():
             if isinstance(item, dict) and item.get("score") is not None:
                 scores.setdefault(str(item.get("dimension")), {})[str(rec.get("id", n))] = item[
