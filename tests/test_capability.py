@@ -464,3 +464,15 @@ def test_capjudge_results_sit_beside_eval_py_folders(tmp_path: Path, capsys: pyt
     assert list(both) == ["mine", "theirs"] and both["mine"] == both["theirs"]
     assert main(["capability-results", str(out), str(folder), "--annotations", str(EXAMPLE / "annotations")]) == 0
     assert [line.split(" | ")[0].strip() for line in capsys.readouterr().out.splitlines()[-2:]] == ["mine", "theirs"]
+
+
+def test_an_id_with_a_dimension_is_judged_on_that_dimension_only(tmp_path: Path) -> None:
+    folder = _annotations(tmp_path)
+    rules = tmp_path / "rules.json"
+    rules.write_text(json.dumps([["Action: ", '{"action": "a", "score": "-1"}'], ["Event: ", '{"event": "e", "score": "1"}']]), encoding="utf-8")
+    rows = [{"image": "v.mp4", "caption": "c", "id": "event_1"}, {"image": "v.mp4", "caption": "d", "id": "action/event_1"}, {"image": "v.mp4", "caption": "d", "id": "scene/event_1"}]
+    with Judge("capability", f"scripted:none?rules={rules}", method_options={"annotations": str(folder)}) as j:
+        both, action, nothing = list(j.score_many(rows))
+    assert both.details["capability"] == [{"dimension": "action", "score": -1}, {"dimension": "event", "score": 1}] and both.score == 0.0
+    assert action.details["capability"] == [{"dimension": "action", "score": -1}] and action.score == -1.0
+    assert not nothing.ok and "no file_id" in (nothing.error or "")

@@ -4,7 +4,8 @@ A sample is one caption of a benchmark file: its ``id`` is the benchmark's ``fil
 annotations come from the benchmark's own ``annotations/*.jsonl`` (method option
 ``annotations=DIR``); the caption is judged on every dimension whose file holds its ``file_id``
 (an ``event_*`` video is judged on ``event`` and on ``action``, as ``eval.py`` copies the event
-captions to the action dimension). Each dimension sends ``prompt.py``'s text-only request (system
+captions to the action dimension); an id ``<dimension>/<file_id>`` (``action/event_1``: eval.py's
+own action caption file) is judged on that dimension only. Each dimension sends ``prompt.py``'s text-only request (system
 turn, then the user turn, both plain strings; ``dynamic_object_number`` one request per object),
 reads the answer as the code does, and asks again (up to ``MAX_RETRY_TIMES`` + 1 asks) while the
 code refuses it. The record's score is the mean of its item scores (1 correct, 0 not mentioned,
@@ -155,17 +156,21 @@ def capability(ctx: StepContext) -> Steps:
             {},
             f"sample {ctx.sid}: {method.name} needs the benchmark's annotations folder (method option annotations=DIR: CAPability's annotations/*.jsonl)",
         )
-    file_id = ctx.prep.sample.id
+    file_id, only = str(ctx.prep.sample.id), None
+    if "/" in file_id and file_id.split("/", 1)[0] in TASKS:
+        only, file_id = file_id.split("/", 1)  # "action/event_1": that dimension only
     try:
-        annotated = load_annotations(folder).get(str(file_id)) if file_id is not None else None
+        annotated = load_annotations(folder).get(file_id) if ctx.prep.sample.id is not None else None
     except (OSError, ValueError) as exc:
         return Outcome(None, None, {}, f"sample {ctx.sid}: {exc}")
+    if annotated and only is not None:
+        annotated = [(t, a) for t, a in annotated if t == only]
     if not annotated:
         return Outcome(
             None,
             None,
             {},
-            f"sample {ctx.sid}: its id is no file_id of {folder}/*.jsonl (the id of a CAPability sample is its file_id)",
+            f"sample {ctx.sid}: its id is no file_id of {folder}/*.jsonl (the id of a CAPability sample is its file_id, or <dimension>/<file_id> for one dimension)",
         )
     code = method.name.endswith("-code")
     refused: list[dict[str, Any]] = []
