@@ -8,6 +8,7 @@ at test time."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import random
@@ -476,3 +477,17 @@ def test_an_id_with_a_dimension_is_judged_on_that_dimension_only(tmp_path: Path)
     assert both.details["capability"] == [{"dimension": "action", "score": -1}, {"dimension": "event", "score": 1}] and both.score == 0.0
     assert action.details["capability"] == [{"dimension": "action", "score": -1}] and action.score == -1.0
     assert not nothing.ok and "no file_id" in (nothing.error or "")
+
+
+def test_the_summary_says_when_the_judge_is_not_the_papers() -> None:
+    rows = [json.loads(line) for line in (EXAMPLE / "captions.jsonl").read_text().splitlines()][:2]
+    with Judge("capability", f"scripted:{{}}?rules={EXAMPLE / 'rules.json'}", method_options={"annotations": str(EXAMPLE / "annotations")}) as j:
+        res = list(j.score_many(rows))
+    tally = RunTally(method="capability")
+    for r in res:
+        tally.add(r)
+    assert any("gpt-4-turbo" in w and "scripted" in w for w in tally.warnings())
+    paper = RunTally(method="capability")
+    for r in res:
+        paper.add(dataclasses.replace(r, model="gpt-4-turbo-2024-04-09"))
+    assert paper.warnings() == []

@@ -16,6 +16,7 @@ from capjudge.redact import stable
 
 _SAMPLE_PREFIX = re.compile(r"^(?:sample|pair) [^:]*: (?:backend error: )?")
 NO_LOGPROBS = "no token probabilities"  # in details.smoothing when the backend gave none
+CAPABILITY_PAPER_JUDGE = "gpt-4-turbo"  # eval.py's --eval_model default, the paper's judge
 
 
 def count_text(value: float) -> str:
@@ -45,6 +46,7 @@ class RunTally:
     micro: dict[str, list[float]] = field(default_factory=dict)
     # CAPability dimension -> its item scores (details.capability), for eval.py's metrics
     capability: dict[str, list[Any]] = field(default_factory=dict)
+    capability_judges: set[str] = field(default_factory=set)
 
     def add(self, result: Any) -> None:
         """Count one :class:`~capjudge.types.ScoreResult` or :class:`~capjudge.types.PairResult`."""
@@ -66,6 +68,8 @@ class RunTally:
             return
         self.score_sum += result.score or 0.0
         self.add_counts(details.get("counts"))
+        if details.get("capability"):
+            self.capability_judges.add(str(getattr(result, "model", "") or ""))
         for item in details.get("capability") or ():
             if isinstance(item, dict) and item.get("score") is not None:
                 self.capability.setdefault(str(item.get("dimension")), []).append(item["score"])
@@ -158,6 +162,9 @@ class RunTally:
                 "smoothed ones. Use a backend or server that returns logprobs (some servers, e.g. `transformers serve`, "
                 "drop them), or estimate_by_sampling=N."
             )
+        others = sorted(m for m in self.capability_judges if not m.startswith(CAPABILITY_PAPER_JUDGE))
+        if others:
+            out.append(f"NOTE: CAPability's eval.py judges with {CAPABILITY_PAPER_JUDGE}; this run's judge is {', '.join(others)}: its numbers are not the paper's judge's.")
         return out
 
     def backend_failure_message(self) -> str | None:
