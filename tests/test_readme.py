@@ -112,7 +112,7 @@ def test_what_moved_is_in_the_changelog_and_every_moved_section_in_docs() -> Non
         "completions may be plain text or conversational",  # reward
         "a judge tends to favour captions of its own model family",  # panels
         "the captions of one image share one image prefill on the hf backend",  # speed
-        "four methods for long, detailed captions",  # detailed captions
+        "methods for long, detailed captions",  # detailed captions
     ):
         assert sentence in " ".join(docs.lower().split()), sentence
 

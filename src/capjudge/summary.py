@@ -16,6 +16,7 @@ from capjudge.redact import stable
 
 _SAMPLE_PREFIX = re.compile(r"^(?:sample|pair) [^:]*: (?:backend error: )?")
 NO_LOGPROBS = "no token probabilities"  # in details.smoothing when the backend gave none
+CAPABILITY_PAPER_JUDGE = "gpt-4-turbo"  # eval.py's --eval_model default, the paper's judge
 
 
 def count_text(value: float) -> str:
@@ -43,6 +44,9 @@ class RunTally:
     # measure -> [hits, total] over ok records with details.counts (CapMAS: micro precision / recall;
     # CLAIR: the scores over the captions the code does not skip)
     micro: dict[str, list[float]] = field(default_factory=dict)
+    # CAPability dimension -> its item scores (details.capability), for eval.py's metrics
+    capability: dict[str, list[Any]] = field(default_factory=dict)
+    capability_judges: set[str] = field(default_factory=set)
 
     def add(self, result: Any) -> None:
         """Count one :class:`~capjudge.types.ScoreResult` or :class:`~capjudge.types.PairResult`."""
@@ -64,6 +68,11 @@ class RunTally:
             return
         self.score_sum += result.score or 0.0
         self.add_counts(details.get("counts"))
+        if details.get("capability"):
+            self.capability_judges.add(str(getattr(result, "model", "") or ""))
+        for item in details.get("capability") or ():
+            if isinstance(item, dict) and item.get("score") is not None:
+                self.capability.setdefault(str(item.get("dimension")), []).append(item["score"])
         if self.smoothing:
             if result.smoothed:
                 self.smoothed += 1
@@ -99,7 +108,25 @@ class RunTally:
             rows += [("  smoothed", str(self.smoothed)), ("  raw (not smoothed)", str(self.raw))]
         rows += self.failure_rows()
         rows += [("cache hits", str(self.cached)), ("mean score", f"{self.score_sum / self.ok:.4g}" if self.ok else "-")]
-        return rows + self.micro_rows()
+        return rows + self.micro_rows() + self.capability_rows()
+
+    def capability_rows(self) -> list[tuple[str, str]]:
+        """CAPability's official numbers (eval.py's ``calculate_metric`` per dimension, then the
+        means over the dimensions run: 13 in a full run)."""
+        from capjudge.parsing.capability import TASKS, average_metrics, dimension_metrics
+
+        if not self.capability:
+            return []
+        order = [t for t in TASKS if t in self.capability] + sorted(set(self.capability) - set(TASKS))
+        per = {t: dimension_metrics(self.capability[t]) for t in order}
+
+        def f(v: Any, digits: int) -> str:
+            return f"{v:.{digits}f}" if v is not None else "undefined"
+
+        rows = [(f"{t} (CAPability)", f"precision {f(m['precision'], 1)}, recall {f(m['recall'], 1)}, f1 {f(m['f1_score'], 1)}, hit rate {f(m['hit_rate'], 1)} ({m['all']} items)") for t, m in per.items()]
+        avg = average_metrics(per)
+        rows.append((f"CAPability mean of {avg['dimensions']} dimension(s)", f"precision {f(avg['precision'], 3)}, recall {f(avg['recall'], 3)}, f1 {f(avg['f1_score'], 3)}, hit rate {f(avg['hit_rate'], 3)}"))
+        return rows
 
     def position_rows(self) -> list[tuple[str, str]]:
         """Position bias of a dual-sided comparison run: how often the caption shown first won a
@@ -135,6 +162,9 @@ class RunTally:
                 "smoothed ones. Use a backend or server that returns logprobs (some servers, e.g. `transformers serve`, "
                 "drop them), or estimate_by_sampling=N."
             )
+        others = sorted(m for m in self.capability_judges if not m.startswith(CAPABILITY_PAPER_JUDGE))
+        if others:
+            out.append(f"NOTE: CAPability's eval.py judges with {CAPABILITY_PAPER_JUDGE}; this run's judge is {', '.join(others)}: its numbers are not the paper's judge's.")
         return out
 
     def backend_failure_message(self) -> str | None:

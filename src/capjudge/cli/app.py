@@ -25,7 +25,7 @@ from capjudge.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE
 
 # The command modules of capjudge.cli, in the order `capjudge --help` lists their commands. Each
 # has ``register(subparsers)``; they import only light modules (heavy ones inside the commands).
-COMMANDS = ("score", "compare", "explain", "catalog", "demo", "metaeval", "agree", "cache", "probe", "html", "arena", "parity", "batch", "serve", "tiny")
+COMMANDS = ("score", "compare", "explain", "catalog", "demo", "metaeval", "agree", "cache", "probe", "html", "arena", "parity", "batch", "serve", "tiny", "capability")
 
 
 def build_parser() -> argparse.ArgumentParser:

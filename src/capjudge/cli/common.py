@@ -360,7 +360,7 @@ def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None,
     p.add_argument("--judge", default=None, metavar="PRESET", help="judge preset of a local model: how its family is prompted (see `capjudge judges`); hf: models choose it from their config when omitted; explicit --backend-opt settings win")
     p.add_argument("--system", default="auto", help="system turn: auto (the judge preset's: the paper's sentence for LLaVA-1.5, the model's own default otherwise), none, llava_v1, or your own sentence")
     p.add_argument("--max-new-tokens", type=int, default=None, help="override the method's answer length (tokens)")
-    p.add_argument("--method-option", action="append", metavar="KEY=VALUE", help="method option, repeatable: second_decimal=official|printed (FLEUR smoothing), no_number=error|zero (VisCE2 *-code), score=plain|expected (the probability-weighted score), vqa_dir=DIR (capmas-coverage), temperature=T")
+    p.add_argument("--method-option", action="append", metavar="KEY=VALUE", help="method option, repeatable: second_decimal=official|printed (FLEUR smoothing), no_number=error|zero (VisCE2 *-code), score=plain|expected (the probability-weighted score), vqa_dir=DIR (capmas-coverage), annotations=DIR (capability), temperature=T")
     p.add_argument("--batch-size", type=int, default=64, help="samples handed to the backend together (default 64)")
     p.add_argument("--backend-opt", action="append", metavar="KEY=VALUE", help="backend option, repeatable (device=cuda, dtype=float16, concurrency=16, ...)")
     p.add_argument("--cache-dir", default=None, help="response cache folder (default: $CAPJUDGE_CACHE_DIR or ~/.cache/capjudge)")

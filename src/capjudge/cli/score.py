@@ -57,6 +57,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     if method.pairwise:
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
     _vqa_dir_option(args, method)
+    _annotations_option(args, method)
     preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)], out_kind="score")
     batch.check_batch_args(args)
     rows = load_items(args.input)  # no rows, or an id twice: exit 2
@@ -121,6 +122,19 @@ def _vqa_dir_option(args: argparse.Namespace, method: Any) -> None:
     if not Path(given).is_dir():
         raise UsageError(f"--vqa-dir {given!r} is not a folder")
     args.method_option = [*options, f"vqa_dir={given}"]
+
+
+def _annotations_option(args: argparse.Namespace, method: Any) -> None:
+    """CAPability's ``annotations=DIR`` method option: given, and a folder (usage errors, exit 2)."""
+    from pathlib import Path
+
+    if "annotations" not in method.options:
+        return
+    given = [o.split("=", 1)[1] for o in (str(o).strip() for o in (getattr(args, "method_option", None) or [])) if o.split("=", 1)[0].strip() == "annotations" and "=" in o]
+    if not given:
+        raise UsageError(f"method {method.name!r} needs --method-option annotations=DIR (the benchmark's annotations/ folder)")
+    if not Path(given[-1].strip()).is_dir():
+        raise UsageError(f"--method-option annotations={given[-1]!r} is not a folder")
 
 
 def _check_ray_args(args: argparse.Namespace) -> None:

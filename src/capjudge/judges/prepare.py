@@ -98,6 +98,8 @@ def prepare(index: int, sample: Sample | dict[str, Any], method: Method, load: L
     if method.needs_references and not [r for r in sample.references if str(r).strip()]:
         prep.error = f"{where}: method {method.name!r} needs reference captions and the sample has none"
         return prep
+    if not method.needs_image:
+        return prep  # a text-only method (CAPability): the image is never read
     key = image_key(sample.image)
     loaded = images.get(key) if images is not None and key is not None else None
     if loaded is None:

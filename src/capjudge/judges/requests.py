@@ -32,12 +32,12 @@ class RequestBuilder:
     top_logprobs: int = 20
     official: bool = False
 
-    def system_turn(self, official_text: str | None) -> Message | None:
+    def system_turn(self, official_text: str | None, parts: bool = True) -> Message | None:
         """The system turn of a request whose official system text is ``official_text``: that
-        text, sent as the official code sends it (a list of one text part), when the judge's
-        system is ``"auto"``; else the judge's own system sentence (or none)."""
+        text, sent as the official code sends it (a list of one text part; ``parts=False``: a
+        string), when the judge's system is ``"auto"``; else the judge's own system sentence (or none)."""
         if self.official:
-            return Message("system", official_text, parts=True) if official_text is not None else None
+            return Message("system", official_text, parts=parts) if official_text is not None else None
         return Message("system", self.system) if self.system else None
 
     def method_system(self, references: Sequence[str] = ()) -> str | None:
@@ -69,16 +69,17 @@ class RequestBuilder:
             top_logprobs=self.top_logprobs if logprobs else 0,
         )
 
-    def step_request(self, system: str | None, prompt: str, image: LoadedImage | None = None, *, temperature: float, max_new_tokens: int, text_first: bool = False) -> Request:
+    def step_request(self, system: str | None, prompt: str, image: LoadedImage | None = None, *, temperature: float, max_new_tokens: int, text_first: bool = False, parts: bool = True) -> Request:
         """One step of a multi-step method (``judges.steps``): its official ``system`` text (see
         :meth:`system_turn`), then ``prompt`` as the user turn, with ``image`` (after the text when
-        ``text_first``) or as a text-only request (no image: one text part)."""
+        ``text_first``) or as a text-only request (no image: one text part; ``parts=False``: a plain
+        string, as CAPability's code sends it)."""
         msgs: list[Message] = []
-        turn = self.system_turn(system)
+        turn = self.system_turn(system, parts)
         if turn is not None:
             msgs.append(turn)
         images = (image,) if image is not None else ()
-        msgs.append(Message("user", prompt, images=images, text_first=text_first and bool(images), detail=self.method.image_detail if images else None, parts=True))
+        msgs.append(Message("user", prompt, images=images, text_first=text_first and bool(images), detail=self.method.image_detail if images else None, parts=parts or bool(images)))
         return Request(tuple(msgs), self.config(max_new_tokens, False, temperature))
 
     def system_only_request(self, system: str, *, temperature: float, max_new_tokens: int) -> Request:

@@ -257,10 +257,10 @@ class ScoringRun:
         valid: dict[str, list[Prepared]] = {}  # by image content: one group per picture
         for index, sample in batch:
             prep = judge.prepare_sample(index, sample, self.images)
-            if prep.error is not None or prep.image is None:
+            if prep.error is not None or (prep.image is None and judge.method.needs_image):
                 self.done.append((index, judge.error_record(prep, prep.error or "not judged", cause=prep.cause)))
             else:
-                valid.setdefault(prep.image.sha256, []).append(prep)
+                valid.setdefault(prep.image.sha256 if prep.image is not None else "", []).append(prep)
         for group in valid.values():
             if judge.method.kind == "listwise":
                 self._ask_list(group)

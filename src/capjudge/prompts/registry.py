@@ -27,6 +27,7 @@ import jinja2.meta
 import jinja2.sandbox
 
 from capjudge.errors import UsageError
+from capjudge.prompts.capability import SOURCES as CAPABILITY_SOURCES
 from capjudge.prompts.detailed import SOURCES as DETAILED_SOURCES
 from capjudge.prompts.sandbox import (
     BoundedSandbox,
@@ -118,6 +119,7 @@ _TEMPLATES: dict[str, PromptTemplate] = {
     name: PromptTemplate(name=name, source=source, origin="capjudge/prompts/detailed.py")
     for name, source in DETAILED_SOURCES.items()
 }
+_TEMPLATES.update({name: PromptTemplate(name=name, source=source, origin="capjudge/prompts/capability.py") for name, source in CAPABILITY_SOURCES.items()})
 
 
 def _package_template(name: str) -> PromptTemplate:
@@ -168,7 +170,7 @@ def register_template(name: str, source: str | None = None, *, path: str | Path 
 
 
 Kind = Literal["score", "pairwise", "listwise"]
-Parser = Literal["rules", "first-integer", "fleur-code", "caparena", "capmas", "clair"]
+Parser = Literal["rules", "first-integer", "fleur-code", "caparena", "capmas", "clair", "capability"]
 
 OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "second_decimal": ("official", "printed"),
@@ -183,8 +185,9 @@ SCORE_OPTION = "score"
 method, so that records without it stay as they were): ``expected`` weights the printed number by
 its token probabilities (:mod:`capjudge.judges.expected`)."""
 
-FREE_OPTIONS: frozenset[str] = frozenset({"vqa_dir"})
-"""Method options that take any text (``vqa_dir``: the folder of CapMAS's per-image question files)."""
+FREE_OPTIONS: frozenset[str] = frozenset({"vqa_dir"}) | {"annotations"}
+"""Method options that take any text (``vqa_dir``: the folder of CapMAS's per-image question files;
+``annotations``: CAPability's ``annotations/`` folder)."""
 
 
 class MethodOptionError(UsageError, ValueError):
@@ -213,7 +216,8 @@ class Method:
     API ones included (:attr:`official_system`); ``top_p`` and ``image_detail`` (OpenAI's image
     ``detail``) are their decoding and image settings; ``format_tries`` how many times an answer
     of the wrong format is asked again; ``pipeline`` names their steps per caption
-    (``judges.steps.PIPELINES``), whose templates ``step_templates`` lists.
+    (``judges.steps.PIPELINES``), whose templates ``step_templates`` lists. ``needs_image``:
+    ``False`` for a text-only method (CAPability), whose samples' images are never read.
     """
 
     name: str
@@ -241,6 +245,7 @@ class Method:
     format_tries: int = 1
     pipeline: str | None = None
     step_templates: tuple[str, ...] = ()
+    needs_image: bool = True
 
     @property
     def official_system(self) -> bool:
@@ -469,5 +474,18 @@ for _m in (
     Method("capmas-factuality", "capmas_verify", scale=(0.0, 1.0), needs_references=True, pipeline="capmas-factuality", parser="capmas", step_templates=("capmas_decompose_system", "capmas_verify_system"), temperature=CAPMAS_TEMPERATURE, context_temperature=CAPMAS_TEMPERATURE, max_new_tokens=CAPMAS_MAX_TOKENS, context_max_new_tokens=CAPMAS_MAX_TOKENS, normalize_caption=False, source="capmas-code", paper="eval_factuality.py", description="CapMAS factuality: the caption decomposed into atomic propositions (text only), each verified True/False against the image and the reference description; score = share of true propositions; the run's precision over all propositions."),
     Method("capmas-coverage", "capmas_coverage", scale=(0.0, 1.0), pipeline="capmas-coverage", parser="capmas", step_templates=("capmas_coverage_system",), temperature=CAPMAS_TEMPERATURE, max_new_tokens=CAPMAS_MAX_TOKENS, normalize_caption=False, source="capmas-code", paper="eval_coverage.py", options={"vqa_dir": ""}, description="CapMAS coverage: a text-only judge answers the image's multiple-choice questions (--vqa-dir, CapMAS's per-image JSON) from the caption alone; score = share of correct answers; the run's recall over all questions."),
     Method("clair", "clair", scale=(0.0, 1.0), needs_references=True, pipeline="clair", parser="clair", temperature=0.0, max_new_tokens=CAPMAS_MAX_TOKENS, format_tries=3, normalize_caption=False, source="clair", paper="eval_clair.py (CapMAS), CLAIR Sec. 3", description="CLAIR: a text-only LLM rates 0-100 how likely the caption and the references describe the same image (JSON score and reason, else the first number); score / 100; 3 tries."),
+):
+    register_method(_m)
+
+# CAPability (ali-vilab/CAPability cebb82a, evaluation/eval.py): text-only, one dimension's
+# prompt.py request per annotation; call_gpt sends model and messages only (the API's defaults:
+# temperature 1; gpt-4-turbo's 4096-token completion cap), eval.py's default judge gpt-4-turbo.
+CAPABILITY_TEMPERATURE = 1.0
+CAPABILITY_MAX_TOKENS = 4096
+_CAPABILITY_STEPS = tuple(f"capability_{t}{s}" for t in ("object_category", "object_number", "object_color", "spatial_relation", "scene", "camera_angle", "OCR", "style", "character_identification", "dynamic_object_number", "action", "camera_movement", "event") for s in ("_system", ""))
+_CAPABILITY: dict[str, Any] = dict(scale=(-1.0, 1.0), pipeline="capability", parser="capability", step_templates=_CAPABILITY_STEPS[1:], temperature=CAPABILITY_TEMPERATURE, max_new_tokens=CAPABILITY_MAX_TOKENS, normalize_caption=False, needs_image=False, options={"annotations": ""})
+for _m in (
+    Method("capability", "capability_object_category_system", source="capability", paper="evaluation/eval.py, evaluation/prompt.py", description="CAPability: a text-only judge compares the caption with each annotation of its file_id (annotations=DIR, the benchmark's annotations/*.jsonl): 1 correct, 0 not mentioned, -1 wrong; the run's precision, recall, hit rate and F1 per dimension and their mean over the 13 dimensions. eval.py's answer-format bugs fixed.", **_CAPABILITY),
+    Method("capability-code", "capability_object_category_system", source="capability", paper="evaluation/eval.py, evaluation/prompt.py", description="CAPability as eval.py runs it, its answer-format bugs kept (a camera category's explanation, dict-valued object numbers refused and asked again).", **_CAPABILITY),
 ):
     register_method(_m)

@@ -86,6 +86,12 @@ SOURCES: dict[str, Source] = {
             "https://arxiv.org/abs/2310.12971",
             "CLAIR paper, CapMAS code",
         ),
+        Source(
+            "capability",
+            "What Is a Good Caption? A Comprehensive Visual Caption Benchmark for Evaluating Both Correctness and Thoroughness (CAPability; official code ali-vilab/CAPability, commit cebb82a)",
+            "https://github.com/ali-vilab/CAPability/tree/cebb82afd070bb719f8890ff6a0042f5056fa9fb",
+            "CAPability code",
+        ),
         Source("capjudge", "capjudge's own variant", "", "capjudge"),
     )
 }
