@@ -43,6 +43,8 @@ class RunTally:
     # measure -> [hits, total] over ok records with details.counts (CapMAS: micro precision / recall;
     # CLAIR: the scores over the captions the code does not skip)
     micro: dict[str, list[float]] = field(default_factory=dict)
+    # CaptionQA: every question's item (details.steps.questions), for qa.py's final summary
+    qa_items: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, result: Any) -> None:
         """Count one :class:`~capjudge.types.ScoreResult` or :class:`~capjudge.types.PairResult`."""
@@ -64,6 +66,8 @@ class RunTally:
             return
         self.score_sum += result.score or 0.0
         self.add_counts(details.get("counts"))
+        if self.method == "captionqa":
+            self.qa_items.extend(q for q in (details.get("steps") or {}).get("questions") or () if isinstance(q, dict))
         if self.smoothing:
             if result.smoothed:
                 self.smoothed += 1
@@ -99,7 +103,15 @@ class RunTally:
             rows += [("  smoothed", str(self.smoothed)), ("  raw (not smoothed)", str(self.raw))]
         rows += self.failure_rows()
         rows += [("cache hits", str(self.cached)), ("mean score", f"{self.score_sum / self.ok:.4g}" if self.ok else "-")]
-        return rows + self.micro_rows()
+        return rows + self.micro_rows() + self.captionqa_rows()
+
+    def captionqa_rows(self) -> list[tuple[str, str]]:
+        """CaptionQA's numbers as ``qa.py`` prints them, per category and overall (none for other methods)."""
+        if not self.qa_items:
+            return []
+        from capjudge.judges.captionqa import summary_rows
+
+        return summary_rows(self.qa_items)
 
     def position_rows(self) -> list[tuple[str, str]]:
         """Position bias of a dual-sided comparison run: how often the caption shown first won a

@@ -57,6 +57,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     if method.pairwise:
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
     _vqa_dir_option(args, method)
+    _captioned_option(args, method)
     preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)], out_kind="score")
     batch.check_batch_args(args)
     rows = load_items(args.input)  # no rows, or an id twice: exit 2
@@ -121,6 +122,15 @@ def _vqa_dir_option(args: argparse.Namespace, method: Any) -> None:
     if not Path(given).is_dir():
         raise UsageError(f"--vqa-dir {given!r} is not a folder")
     args.method_option = [*options, f"vqa_dir={given}"]
+
+
+def _captioned_option(args: argparse.Namespace, method: Any) -> None:
+    """captionqa: the images that have a caption are those of ``--input`` (method option
+    ``captioned``, unless given), as qa.py's shuffles depend on which images its caption file holds."""
+    options = [str(o) for o in (getattr(args, "method_option", None) or [])]
+    if args.remote or "captioned" not in method.options or any(o.strip().replace("-", "_").startswith("captioned=") for o in options):
+        return
+    args.method_option = [*options, f"captioned={args.input}"]
 
 
 def _check_ray_args(args: argparse.Namespace) -> None:

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.backends.base import Completion, Request
+from capjudge.judges.captionqa import captionqa
 from capjudge.judges.steps import Outcome, Pipeline, StepContext
 from capjudge.parsing.detailed import (
     capmas_answers,
@@ -165,6 +166,7 @@ PIPELINES: dict[str, Pipeline] = {
     "capmas-factuality": factuality,
     "capmas-coverage": coverage,
     "clair": clair,
+    "captionqa": captionqa,
 }
 """Pipelines by ``Method.pipeline``."""
 
