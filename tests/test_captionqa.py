@@ -238,3 +238,55 @@ def test_tiny_hf_answers_captionqa_text_only(hf_backend: Any) -> None:
     assert res.ok, res.error
     assert len(seen) == res.details["calls"] == 3 and all(not m.images for r in seen for m in r.messages)
     assert [m.role for m in seen[0].messages] == ["system", "user"] and seen[0].config.max_new_tokens == 4
+
+
+def test_a_captions_questions_go_out_together_and_a_failed_one_fails_the_caption(images: Path) -> None:
+    """The questions of a caption do not wait on each other: one batch (one round in batch mode);
+    a backend error on one of them is the caption's error record, the other captions scored."""
+    from capjudge.backends.scripted import ScriptedBackend
+
+    class Recording(ScriptedBackend):
+        batches: list[int] = []
+
+        def generate(self, requests: Any) -> Any:
+            self.batches.append(len(requests))
+            return super().generate(requests)
+
+    def answer(request: Any) -> Any:
+        text = request.messages[-1].content
+        return RuntimeError("server gone") if "bad caption" in text else "A"
+
+    backend = Recording(answer, model="rec")
+    opts = {"questions": str(QUESTIONS)}
+    n_questions = len(plan(read_entries(QUESTIONS), None).by_image["nat_001"])
+    with Judge("captionqa", backend, method_options=opts, batch_size=64) as j:
+        good, bad = list(j.score_many([Sample(str(images / "nat_001.png"), "good caption", id="g"), Sample(str(images / "nat_003.png"), "bad caption", id="b")]))
+    assert good.ok and good.details["calls"] == n_questions
+    assert not bad.ok and "server gone" in (bad.error or "")
+    assert backend.batches[0] >= n_questions  # every question of the first caption in the first batch
+
+
+def test_cli_needs_a_readable_question_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from capjudge.cli.app import main
+
+    monkeypatch.chdir(ROOT)
+    base = ["score", "--method", "captionqa", "--backend", "scripted:A", "--images", "examples/images", "--input", "examples/captions.jsonl", "--out", str(tmp_path / "o.jsonl")]
+    assert main(base) == 2
+    assert main([*base, "--method-option", f"questions={tmp_path / 'missing'}"]) == 2
+    bad = tmp_path / "bad.json"
+    bad.write_text("{", encoding="utf-8")
+    assert main([*base, "--method-option", f"questions={bad}"]) == 2
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_batch_mode_asks_every_question_in_one_round(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from capjudge.cli.app import main
+
+    monkeypatch.chdir(ROOT)
+    out = tmp_path / "b.jsonl"
+    with running_server(responder=respond) as srv:
+        argv = ["score", "--method", "captionqa", "--method-option", "questions=examples/captionqa/questions.json", "--backend", f"openai-compatible:{srv.base_url}#m",
+                "--images", "examples/images", "--input", "examples/captions.jsonl", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--quiet", "--batch", "--wait", "--poll-interval", "0.05"]  # fmt: skip
+        assert main(argv) == 0
+        assert len(srv.batches) == 1  # one round: all 18 questions of the 6 captions
+    assert [json.loads(line)["status"] for line in out.read_text(encoding="utf-8").splitlines()] == ["ok"] * 6

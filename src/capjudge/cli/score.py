@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 from capjudge.cli import batch
@@ -125,12 +126,24 @@ def _vqa_dir_option(args: argparse.Namespace, method: Any) -> None:
 
 
 def _captioned_option(args: argparse.Namespace, method: Any) -> None:
-    """captionqa: the images that have a caption are those of ``--input`` (method option
+    """captionqa: the question set must be given and readable (usage errors, exit 2, before any
+    model loads); the images that have a caption are those of ``--input`` (method option
     ``captioned``, unless given), as qa.py's shuffles depend on which images its caption file holds."""
-    options = [str(o) for o in (getattr(args, "method_option", None) or [])]
-    if args.remote or "captioned" not in method.options or any(o.strip().replace("-", "_").startswith("captioned=") for o in options):
+    if args.remote or "questions" not in method.options:
         return
-    args.method_option = [*options, f"captioned={args.input}"]
+    options = [str(o) for o in (getattr(args, "method_option", None) or [])]
+    given = {k.strip().replace("-", "_"): v for k, _, v in (o.partition("=") for o in options)}
+    if not given.get("questions"):
+        raise UsageError(f"method {method.name!r} needs its question set: --method-option questions=FILE_OR_DIR (the benchmark's JSON / JSONL / Parquet files)")
+    from capjudge.judges.captionqa_set import question_plan
+
+    captioned = given.get("captioned") or str(args.input)
+    try:
+        question_plan(given["questions"], captioned if Path(captioned).is_file() else "")
+    except ValueError as exc:
+        raise UsageError(f"--method-option questions: {exc}") from None
+    if "captioned" not in given:
+        args.method_option = [*options, f"captioned={args.input}"]
 
 
 def _check_ray_args(args: argparse.Namespace) -> None:

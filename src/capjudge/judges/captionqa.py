@@ -1,9 +1,9 @@
 """CaptionQA (bronyayang/CaptionQA f729489, ``qa.py``): a text-only judge answers the image's
 multiple-choice questions from the caption alone (docs/methods.md, "CaptionQA").
 
-One request per question, in the set's order, each with the shuffle planned for the whole set
-(:mod:`capjudge.judges.captionqa_set`): the system sentence and the prompt of ``qa.py``, greedy,
-4 tokens. The answer (stripped, as ``qa.py``'s vLLM call strips it) is read by ``extract_letter``'s
+One request per question (a caption's questions sent together), each with the shuffle planned
+for the whole set (:mod:`capjudge.judges.captionqa_set`): the system sentence and the prompt of
+``qa.py``, greedy, 4 tokens. The answer (stripped, as ``qa.py``'s vLLM call strips it) is read by ``extract_letter``'s
 rules (:func:`capjudge.parsing.captionqa.answer_letter`): the right option scores 1, "Cannot answer
 from the caption" ``1/n + 0.05`` (``n``: the question's own options), anything else 0, each score
 rounded to 4 decimals as ``qa.py`` stores it. The caption's score: the mean over its questions;
@@ -18,7 +18,7 @@ from typing import Any
 
 from capjudge.backends.base import Completion, Message, Request
 from capjudge.judges.captionqa_set import PlannedQuestion, QuestionPlan, entry_key, question_plan
-from capjudge.judges.steps import Outcome, StepContext
+from capjudge.judges.steps import Outcome, Step, StepContext
 from capjudge.parsing.captionqa import (
     CANNOT_ANSWER,
     LETTERS,
@@ -91,9 +91,9 @@ def _questions_of(ctx: StepContext, plan: QuestionPlan) -> tuple[tuple[PlannedQu
     return questions, None
 
 
-def captionqa(ctx: StepContext) -> Generator[Request, Completion, Outcome]:
-    """CaptionQA ``qa.py``: the image's questions asked one by one from the caption alone, each
-    answer scored; the caption's score is the mean of its questions' scores."""
+def captionqa(ctx: StepContext) -> Generator[Step, Any, Outcome]:
+    """CaptionQA ``qa.py``: the image's questions asked together (one request each, the caption
+    alone), each answer scored; the caption's score is the mean of its questions' scores."""
     method = ctx.method
     source = str(method.options.get("questions") or "")
     if not source:
@@ -106,15 +106,12 @@ def captionqa(ctx: StepContext) -> Generator[Request, Completion, Outcome]:
     if problem is not None:
         return Outcome(None, None, {}, problem)
     tpl = get_template(method.template)
-    items: list[dict[str, Any]] = []
-    text = ""
-    for q in questions:
-        out = yield _request(ctx, tpl.render(caption=ctx.caption, question=q.question, options=option_lines(q.shown)))
-        text = out.text.strip()
-        items.append(judge_answer(q, text))
+    # the questions do not wait on each other: asked together (one round in batch mode)
+    outs: list[Completion] = yield tuple(_request(ctx, tpl.render(caption=ctx.caption, question=q.question, options=option_lines(q.shown))) for q in questions)
+    items = [judge_answer(q, out.text.strip()) for q, out in zip(questions, outs)]
     total = sum(item["score"] for item in items)
     counts = {"measure": MEASURE, "hits": total, "total": len(items)}
-    return Outcome(total / len(items), text, {"steps": {"image": questions[0].image, "questions": items}, "counts": counts})
+    return Outcome(total / len(items), items[-1]["model_response"], {"steps": {"image": questions[0].image, "questions": items}, "counts": counts})
 
 
 def summary_lines(items: Sequence[dict[str, Any]], model: str) -> list[str]:
