@@ -289,4 +289,17 @@ def test_batch_mode_asks_every_question_in_one_round(tmp_path: Path, monkeypatch
                 "--images", "examples/images", "--input", "examples/captions.jsonl", "--out", str(out), "--cache-dir", str(tmp_path / "cache"), "--quiet", "--batch", "--wait", "--poll-interval", "0.05"]  # fmt: skip
         assert main(argv) == 0
         assert len(srv.batches) == 1  # one round: all 18 questions of the 6 captions
-    assert [json.loads(line)["status"] for line in out.read_text(encoding="utf-8").splitlines()] == ["ok"] * 6
+        batch_url = srv.base_url
+    batch = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["status"] for r in batch] == ["ok"] * 6
+    with running_server(responder=respond) as online:
+        argv_online = [a.replace(batch_url, online.base_url) for a in argv if a not in ("--batch", "--wait", "--poll-interval", "0.05")]
+        argv_online[argv_online.index("--out") + 1] = str(tmp_path / "online.jsonl")
+        argv_online[argv_online.index("--cache-dir") + 1] = str(tmp_path / "cache-online")
+        assert main(argv_online) == 0
+    online_records = [json.loads(line) for line in (tmp_path / "online.jsonl").read_text(encoding="utf-8").splitlines()]
+
+    def same(rec: dict[str, Any]) -> Any:
+        return (rec["id"], rec["score"], rec["details"]["steps"], rec["details"]["counts"])
+
+    assert [same(r) for r in batch] == [same(r) for r in online_records]  # the records of an online run
