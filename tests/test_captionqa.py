@@ -210,7 +210,7 @@ def test_examples_run_offline(tmp_path: Path, capsys: pytest.CaptureFixture[str]
 
     monkeypatch.chdir(ROOT)
     out = tmp_path / "captionqa.jsonl"
-    argv = ["score", "--method", "captionqa", "--method-option", "questions=examples/captionqa/questions.json", "--backend", "scripted:A?rules=examples/scripted_captionqa.json", "--images", "examples/images", "--input", "examples/captions.jsonl", "--out", str(out)]
+    argv = ["score", "--method", "captionqa", "--method-option", "questions=examples/captionqa/questions.json", "--backend", "scripted:A?rules=examples/scripted_captionqa.json", "--images", "examples/images", "--input", "examples/captions.jsonl", "--out", str(out), "--cache-dir", str(tmp_path / "cache")]
     assert main(argv) == 0
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert [r["status"] for r in records] == ["ok"] * 6
@@ -270,7 +270,7 @@ def test_cli_needs_a_readable_question_set(tmp_path: Path, monkeypatch: pytest.M
     from capjudge.cli.app import main
 
     monkeypatch.chdir(ROOT)
-    base = ["score", "--method", "captionqa", "--backend", "scripted:A", "--images", "examples/images", "--input", "examples/captions.jsonl", "--out", str(tmp_path / "o.jsonl")]
+    base = ["score", "--method", "captionqa", "--backend", "scripted:A", "--images", "examples/images", "--input", "examples/captions.jsonl", "--out", str(tmp_path / "o.jsonl"), "--cache-dir", str(tmp_path / "cache")]
     assert main(base) == 2
     assert main([*base, "--method-option", f"questions={tmp_path / 'missing'}"]) == 2
     bad = tmp_path / "bad.json"
