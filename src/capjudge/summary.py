@@ -47,6 +47,8 @@ class RunTally:
     # CAPability dimension -> its item scores (details.capability), for eval.py's metrics
     capability: dict[str, list[Any]] = field(default_factory=dict)
     capability_judges: set[str] = field(default_factory=set)
+    # CaptionQA: every question's item (details.steps.questions), for qa.py's final summary
+    qa_items: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, result: Any) -> None:
         """Count one :class:`~capjudge.types.ScoreResult` or :class:`~capjudge.types.PairResult`."""
@@ -73,6 +75,8 @@ class RunTally:
         for item in details.get("capability") or ():
             if isinstance(item, dict) and item.get("score") is not None:
                 self.capability.setdefault(str(item.get("dimension")), []).append(item["score"])
+        if self.method == "captionqa":
+            self.qa_items.extend(q for q in (details.get("steps") or {}).get("questions") or () if isinstance(q, dict))
         if self.smoothing:
             if result.smoothed:
                 self.smoothed += 1
@@ -108,7 +112,7 @@ class RunTally:
             rows += [("  smoothed", str(self.smoothed)), ("  raw (not smoothed)", str(self.raw))]
         rows += self.failure_rows()
         rows += [("cache hits", str(self.cached)), ("mean score", f"{self.score_sum / self.ok:.4g}" if self.ok else "-")]
-        return rows + self.micro_rows() + self.capability_rows()
+        return rows + self.micro_rows() + self.capability_rows() + self.captionqa_rows()
 
     def capability_rows(self) -> list[tuple[str, str]]:
         """CAPability's official numbers (eval.py's ``calculate_metric`` per dimension, then the
@@ -127,6 +131,14 @@ class RunTally:
         avg = average_metrics(per)
         rows.append((f"CAPability mean of {avg['dimensions']} dimension(s)", f"precision {f(avg['precision'], 3)}, recall {f(avg['recall'], 3)}, f1 {f(avg['f1_score'], 3)}, hit rate {f(avg['hit_rate'], 3)}"))
         return rows
+
+    def captionqa_rows(self) -> list[tuple[str, str]]:
+        """CaptionQA's numbers as ``qa.py`` prints them, per category and overall (none for other methods)."""
+        if not self.qa_items:
+            return []
+        from capjudge.judges.captionqa import summary_rows
+
+        return summary_rows(self.qa_items)
 
     def position_rows(self) -> list[tuple[str, str]]:
         """Position bias of a dual-sided comparison run: how often the caption shown first won a

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from pathlib import Path
 from typing import Any
 
 from capjudge.cli import batch
@@ -58,6 +59,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         raise UsageError(f"method {method.name!r} compares pairs: use `capjudge compare`")
     _vqa_dir_option(args, method)
     _annotations_option(args, method)
+    _captioned_option(args, method)
     preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)], out_kind="score")
     batch.check_batch_args(args)
     rows = load_items(args.input)  # no rows, or an id twice: exit 2
@@ -135,6 +137,25 @@ def _annotations_option(args: argparse.Namespace, method: Any) -> None:
         raise UsageError(f"method {method.name!r} needs --method-option annotations=DIR (the benchmark's annotations/ folder)")
     if not Path(given[-1].strip()).is_dir():
         raise UsageError(f"--method-option annotations={given[-1]!r} is not a folder")
+def _captioned_option(args: argparse.Namespace, method: Any) -> None:
+    """captionqa: the question set must be given and readable (usage errors, exit 2, before any
+    model loads); the images that have a caption are those of ``--input`` (method option
+    ``captioned``, unless given), as qa.py's shuffles depend on which images its caption file holds."""
+    if args.remote or "questions" not in method.options:
+        return
+    options = [str(o) for o in (getattr(args, "method_option", None) or [])]
+    given = {k.strip().replace("-", "_"): v for k, _, v in (o.partition("=") for o in options)}
+    if not given.get("questions"):
+        raise UsageError(f"method {method.name!r} needs its question set: --method-option questions=FILE_OR_DIR (the benchmark's JSON / JSONL / Parquet files)")
+    from capjudge.judges.captionqa_set import question_plan
+
+    captioned = given.get("captioned") or str(args.input)
+    try:
+        question_plan(given["questions"], captioned if Path(captioned).is_file() else "")
+    except ValueError as exc:
+        raise UsageError(f"--method-option questions: {exc}") from None
+    if "captioned" not in given:
+        args.method_option = [*options, f"captioned={args.input}"]
 
 
 def _check_ray_args(args: argparse.Namespace) -> None:

@@ -201,6 +201,7 @@ PARSERS: dict[str, ParserKind] = {
     "capmas": ParserKind("CapMAS code a2l lists", read_elsewhere),
     "clair": ParserKind("CLAIR code JSON or first number", read_elsewhere),
     "capability": ParserKind("CAPability eval.py literal_eval and validators", read_elsewhere),
+    "captionqa": ParserKind("CaptionQA code extract_letter", read_elsewhere),
 }
 """Parser kinds (``Method.parser``): label and reader."""
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from capjudge.backends.base import Completion, Request
 from capjudge.judges.capability import capability
+from capjudge.judges.captionqa import captionqa
 from capjudge.judges.steps import Outcome, Pipeline, StepContext
 from capjudge.parsing.detailed import (
     capmas_answers,
@@ -167,6 +168,7 @@ PIPELINES: dict[str, Pipeline] = {
     "capmas-coverage": coverage,
     "clair": clair,
     "capability": capability,
+    "captionqa": captionqa,
 }
 """Pipelines by ``Method.pipeline``."""
 

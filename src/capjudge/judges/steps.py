@@ -6,8 +6,9 @@ generator function of a :class:`StepContext`: it yields a :class:`Request`, rece
 score and the steps that led to it, or the error). :func:`run_steps` drives it through any
 executor's ``add`` (:mod:`capjudge.judges.dispatch`), so a step's requests still go out in
 batches or a sliding window with every other sample's; a sample's next step waits only for its own
-previous one. A backend failure ends the pipeline with that error (the record says whether a
-re-run may cure it).
+previous one. A step may also yield a tuple of requests (steps that do not wait on each other,
+CaptionQA's questions): they go out together and the list of their answers, in order, comes back.
+A backend failure ends the pipeline with that error (the record says whether a re-run may cure it).
 
 :func:`format_retrying` wraps an ``add`` so that an answer whose format a reader refuses is asked
 again (up to ``tries`` in all, as CapArena's judge does); the raw answers of the refused tries
@@ -82,7 +83,10 @@ class StepContext:
         return dataclasses.replace(request, sample_index=attempt) if attempt else request
 
 
-Pipeline = Callable[[StepContext], Generator[Request, Completion, Outcome]]
+Step = Request | tuple[Request, ...]
+"""What a pipeline yields: one request (its answer is sent back), or a tuple of requests asked
+together (the list of their answers, in order, is sent back)."""
+Pipeline = Callable[[StepContext], Generator[Step, Any, Outcome]]
 
 
 def run_steps(add: Add, ctx: StepContext, pipeline: Pipeline, finish: Callable[[Outcome | BaseException], None]) -> None:
@@ -91,16 +95,50 @@ def run_steps(add: Add, ctx: StepContext, pipeline: Pipeline, finish: Callable[[
     pipeline is then closed), or the exception a pipeline raised (a bug: that sample's error)."""
     gen = pipeline(ctx)
 
-    def advance(answer: Completion | None) -> None:
+    def advance(answer: Completion | list[Completion] | None) -> None:
         try:
-            request = next(gen) if answer is None else gen.send(answer)
+            step = next(gen) if answer is None else gen.send(answer)
         except StopIteration as stop:
             finish(stop.value)
             return
         except Exception as exc:  # noqa: BLE001 - one odd answer never stops a run
-            finish(Outcome(None, answer.text if answer is not None else None, error=f"sample {ctx.sid}: the answer could not be read: {type(exc).__name__}: {exc}"))
+            last = answer[-1] if isinstance(answer, list) and answer else answer
+            finish(Outcome(None, last.text if isinstance(last, Completion) else None, error=f"sample {ctx.sid}: the answer could not be read: {type(exc).__name__}: {exc}"))
             return
-        add(request, answered)
+        if isinstance(step, tuple):
+            together(step)
+        else:
+            add(step, answered)
+
+    def together(requests: tuple[Request, ...]) -> None:
+        """Requests that do not wait on each other: all sent at once, answers back in order."""
+        got: list[Completion | None] = [None] * len(requests)
+        state = {"left": len(requests), "failed": False}
+
+        def one(i: int, out: Answer) -> None:
+            if state["failed"]:
+                return
+            if isinstance(out, BaseException):
+                state["failed"] = True
+                gen.close()
+                finish(out)
+                return
+            got[i] = out
+            state["left"] -= 1
+            if not state["left"]:
+                answers = [c for c in got if c is not None]
+                ctx.calls.extend(answers)
+                advance(answers)
+
+        def callback(i: int) -> Callback:
+            return lambda out: one(i, out)
+
+        if not requests:
+            advance([])
+        for i, request in enumerate(requests):
+            if state["failed"]:
+                break
+            add(request, callback(i))
 
     def answered(out: Answer) -> None:
         if isinstance(out, BaseException):
@@ -137,4 +175,4 @@ def format_retrying(add: Add, tries: int, accept: Callable[[str], bool]) -> Add:
     return add_retrying
 
 
-__all__ = ["FORMAT_RETRIES", "Add", "Outcome", "Pipeline", "StepContext", "format_retrying", "run_steps"]
+__all__ = ["FORMAT_RETRIES", "Add", "Outcome", "Pipeline", "Step", "StepContext", "format_retrying", "run_steps"]

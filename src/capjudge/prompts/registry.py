@@ -170,7 +170,7 @@ def register_template(name: str, source: str | None = None, *, path: str | Path 
 
 
 Kind = Literal["score", "pairwise", "listwise"]
-Parser = Literal["rules", "first-integer", "fleur-code", "caparena", "capmas", "clair", "capability"]
+Parser = Literal["rules", "first-integer", "fleur-code", "caparena", "capmas", "clair", "capability", "captionqa"]
 
 OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "second_decimal": ("official", "printed"),
@@ -185,9 +185,10 @@ SCORE_OPTION = "score"
 method, so that records without it stay as they were): ``expected`` weights the printed number by
 its token probabilities (:mod:`capjudge.judges.expected`)."""
 
-FREE_OPTIONS: frozenset[str] = frozenset({"vqa_dir"}) | {"annotations"}
+FREE_OPTIONS: frozenset[str] = frozenset({"vqa_dir", "questions", "captioned"}) | {"annotations"}
 """Method options that take any text (``vqa_dir``: the folder of CapMAS's per-image question files;
-``annotations``: CAPability's ``annotations/`` folder)."""
+``annotations``: CAPability's ``annotations/`` folder; ``questions``: CaptionQA's question set,
+``captioned``: the input file whose images have a caption)."""
 
 
 class MethodOptionError(UsageError, ValueError):
@@ -489,3 +490,6 @@ for _m in (
     Method("capability-code", "capability_object_category_system", source="capability", paper="evaluation/eval.py, evaluation/prompt.py", description="CAPability as eval.py runs it, its answer-format bugs kept (a camera category's explanation, dict-valued object numbers refused and asked again).", **_CAPABILITY),
 ):
     register_method(_m)
+# CaptionQA (qa.py, bronyayang/CaptionQA f729489): Qwen/Qwen2.5-72B-Instruct on vLLM, greedy
+# (temperature 0), max_tokens 4 (--max-tokens default), the shuffles' seed 0 (--seed default).
+register_method(Method("captionqa", "captionqa", scale=(0.0, 1.0), pipeline="captionqa", parser="captionqa", step_templates=("captionqa_system",), temperature=0.0, max_new_tokens=4, normalize_caption=False, source="captionqa-code", paper="qa.py", options={"questions": "", "captioned": ""}, description="CaptionQA: a text-only judge answers the image's multiple-choice questions (questions=FILE_OR_DIR, the benchmark's question set; options shuffled with random.Random(0) over the set, \"Cannot answer from the caption\" added) from the caption alone; score = mean of 1 (right), 1/n + 0.05 (cannot answer), 0; the run's qa.py summary per category and overall."))

@@ -92,6 +92,12 @@ SOURCES: dict[str, Source] = {
             "https://github.com/ali-vilab/CAPability/tree/cebb82afd070bb719f8890ff6a0042f5056fa9fb",
             "CAPability code",
         ),
+        Source(
+            "captionqa-code",
+            "CaptionQA: Is Your Caption as Useful as the Image Itself? (official code bronyayang/CaptionQA, commit f729489)",
+            "https://github.com/bronyayang/CaptionQA/tree/f7294897f724c35b95e5f8ea179d2c54a279c91e",
+            "CaptionQA code",
+        ),
         Source("capjudge", "capjudge's own variant", "", "capjudge"),
     )
 }
