@@ -200,6 +200,7 @@ PARSERS: dict[str, ParserKind] = {
     "caparena": ParserKind("CapArena code Reason/Judgment (strict, asked again)", read_elsewhere),
     "capmas": ParserKind("CapMAS code a2l lists", read_elsewhere),
     "clair": ParserKind("CLAIR code JSON or first number", read_elsewhere),
+    "dcscore": ParserKind("DeCapBench code JSON lists (parse_text_json)", read_elsewhere),
 }
 """Parser kinds (``Method.parser``): label and reader."""
 

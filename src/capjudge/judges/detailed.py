@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.backends.base import Completion, Request
+from capjudge.judges.dcscore import dcscore
 from capjudge.judges.steps import Outcome, Pipeline, StepContext
 from capjudge.parsing.detailed import (
     capmas_answers,
@@ -165,6 +166,8 @@ PIPELINES: dict[str, Pipeline] = {
     "capmas-factuality": factuality,
     "capmas-coverage": coverage,
     "clair": clair,
+    "dcscore": dcscore,
+    "dcscore-code": dcscore,
 }
 """Pipelines by ``Method.pipeline``."""
 

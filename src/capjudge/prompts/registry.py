@@ -27,6 +27,7 @@ import jinja2.meta
 import jinja2.sandbox
 
 from capjudge.errors import UsageError
+from capjudge.prompts.dcscore import SOURCES as DCSCORE_SOURCES
 from capjudge.prompts.detailed import SOURCES as DETAILED_SOURCES
 from capjudge.prompts.sandbox import (
     BoundedSandbox,
@@ -118,6 +119,7 @@ _TEMPLATES: dict[str, PromptTemplate] = {
     name: PromptTemplate(name=name, source=source, origin="capjudge/prompts/detailed.py")
     for name, source in DETAILED_SOURCES.items()
 }
+_TEMPLATES.update({name: PromptTemplate(name=name, source=source, origin="capjudge/prompts/dcscore.py") for name, source in DCSCORE_SOURCES.items()})
 
 
 def _package_template(name: str) -> PromptTemplate:
@@ -168,7 +170,7 @@ def register_template(name: str, source: str | None = None, *, path: str | Path 
 
 
 Kind = Literal["score", "pairwise", "listwise"]
-Parser = Literal["rules", "first-integer", "fleur-code", "caparena", "capmas", "clair"]
+Parser = Literal["rules", "first-integer", "fleur-code", "caparena", "capmas", "clair", "dcscore"]
 
 OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "second_decimal": ("official", "printed"),
@@ -185,6 +187,7 @@ its token probabilities (:mod:`capjudge.judges.expected`)."""
 
 FREE_OPTIONS: frozenset[str] = frozenset({"vqa_dir"})
 """Method options that take any text (``vqa_dir``: the folder of CapMAS's per-image question files)."""
+FREE_OPTIONS = FREE_OPTIONS | {"oracle_facts"}  # DCScore: DeCapBench's human_annotated_oracle_facts.jsonl
 
 
 class MethodOptionError(UsageError, ValueError):
@@ -469,5 +472,16 @@ for _m in (
     Method("capmas-factuality", "capmas_verify", scale=(0.0, 1.0), needs_references=True, pipeline="capmas-factuality", parser="capmas", step_templates=("capmas_decompose_system", "capmas_verify_system"), temperature=CAPMAS_TEMPERATURE, context_temperature=CAPMAS_TEMPERATURE, max_new_tokens=CAPMAS_MAX_TOKENS, context_max_new_tokens=CAPMAS_MAX_TOKENS, normalize_caption=False, source="capmas-code", paper="eval_factuality.py", description="CapMAS factuality: the caption decomposed into atomic propositions (text only), each verified True/False against the image and the reference description; score = share of true propositions; the run's precision over all propositions."),
     Method("capmas-coverage", "capmas_coverage", scale=(0.0, 1.0), pipeline="capmas-coverage", parser="capmas", step_templates=("capmas_coverage_system",), temperature=CAPMAS_TEMPERATURE, max_new_tokens=CAPMAS_MAX_TOKENS, normalize_caption=False, source="capmas-code", paper="eval_coverage.py", options={"vqa_dir": ""}, description="CapMAS coverage: a text-only judge answers the image's multiple-choice questions (--vqa-dir, CapMAS's per-image JSON) from the caption alone; score = share of correct answers; the run's recall over all questions."),
     Method("clair", "clair", scale=(0.0, 1.0), needs_references=True, pipeline="clair", parser="clair", temperature=0.0, max_new_tokens=CAPMAS_MAX_TOKENS, format_tries=3, normalize_caption=False, source="clair", paper="eval_clair.py (CapMAS), CLAIR Sec. 3", description="CLAIR: a text-only LLM rates 0-100 how likely the caption and the references describe the same image (JSON score and reason, else the first number); score / 100; 3 tries."),
+):
+    register_method(_m)
+
+# DCScore (DeCapBench, MAGAer13/DeCapBench 9f3fb10 eval/evaluation_decapbench.py; docs/methods.md
+# "DCScore"): gpt-4o-2024-05-13, max_tokens 2000; extraction at temperature 1 (n=1), matching at
+# temperature 1 (n=3), verification with the image (detail high) at 0.3 (n=3). ``dcscore`` fixes the
+# relevant-subset recall's weights and reads oracle ids as text; ``dcscore-code`` runs the code's.
+DCSCORE_MAX_TOKENS = 2000
+for _m in (
+    Method("dcscore", "dcscore_verify", scale=(0.0, 1.0), pipeline="dcscore", parser="dcscore", step_templates=("dcscore_system", "dcscore_extract", "dcscore_match"), temperature=0.3, context_temperature=1.0, max_new_tokens=DCSCORE_MAX_TOKENS, context_max_new_tokens=DCSCORE_MAX_TOKENS, image_detail="high", normalize_caption=False, source="dcscore-code", paper="eval/evaluation_decapbench.py, eval/compute_results.py", options={"oracle_facts": ""}, description="DCScore (DeCapBench): atomic facts extracted from the caption (text only), matched 3 times to the image's human facts (oracle_facts=FILE, text only), verified 3 times against the image and the reference; score = (F1 + relevant-subset F1) / 2 over the 9 trials, the relevant recall with the relevant facts' own weights."),
+    Method("dcscore-code", "dcscore_verify", scale=(0.0, 1.0), pipeline="dcscore-code", parser="dcscore", step_templates=("dcscore_system", "dcscore_extract", "dcscore_match"), temperature=0.3, context_temperature=1.0, max_new_tokens=DCSCORE_MAX_TOKENS, context_max_new_tokens=DCSCORE_MAX_TOKENS, image_detail="high", normalize_caption=False, source="dcscore-code", paper="eval/evaluation_decapbench.py, eval/compute_results.py", options={"oracle_facts": ""}, description="DCScore as the released code computes it: as dcscore, but the relevant-subset recall weighs each match by the matches of all facts (the code's predict_weights) and oracle ids 3 and '3' count apart."),
 ):
     register_method(_m)

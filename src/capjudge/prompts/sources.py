@@ -86,6 +86,12 @@ SOURCES: dict[str, Source] = {
             "https://arxiv.org/abs/2310.12971",
             "CLAIR paper, CapMAS code",
         ),
+        Source(
+            "dcscore-code",
+            "Painting with Words: Elevating Detailed Image Captioning with Benchmark and Alignment Learning (DeCapBench / DCScore, ICLR 2025; official code MAGAer13/DeCapBench, commit 9f3fb10)",
+            "https://github.com/MAGAer13/DeCapBench/tree/9f3fb10896608e5134b3f7966d8b1b7f93f47835",
+            "DeCapBench code",
+        ),
         Source("capjudge", "capjudge's own variant", "", "capjudge"),
     )
 }
