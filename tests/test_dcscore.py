@@ -363,3 +363,35 @@ def test_the_offline_example_command(tmp_path: Path, capsys: pytest.CaptureFixtu
     records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
     assert records and all(r["status"] == "ok" and r["details"]["calls"] == 7 for r in records)
     assert all(0 < r["score"] <= 1 and len(r["details"]["steps"]["trials"]) == 9 for r in records)
+
+
+def test_batch_mode_sends_the_n_choice_bodies_and_equals_an_online_run(tmp_path: Path) -> None:
+    """OpenAI batch mode: each step one round of batch lines holding the same n=3 bodies; the records
+    equal an online run's."""
+    root = Path(__file__).resolve().parents[1] / "examples"
+    inp = tmp_path / "in.jsonl"
+    inp.write_text("".join(json.dumps({"id": f"s{i}", "image": ("cats.jpg", "dog.jpg")[i % 2], "caption": f"A red car {i}.", "references": ["a car"]}) + "\n" for i in range(4)), encoding="utf-8")
+    oracle = tmp_path / "facts.jsonl"
+    oracle.write_text("".join(json.dumps({"image_name": n, "oracle_caption": "c", "oracle_facts": HUMAN[ROW["image_path"]][1]}) + "\n" for n in ("cats.jpg", "dog.jpg")), encoding="utf-8")
+
+    def respond(req: Received) -> Reply:
+        step = step_of(req.prompt_text())
+        return served({step: deque([{EXTRACT: [fenced(FACTS)], MATCH: MATCHINGS, VERIFY: VERIFICATIONS}[step]])})(req)
+
+    def run(server: FakeOpenAIServer, out: Path, *extra: str) -> list[dict[str, Any]]:
+        argv = ["score", "--method", "dcscore", "--method-option", f"oracle_facts={oracle}", "--backend", f"openai-compatible:{server.base_url}#gpt-4o", "--input", str(inp), "--images", str(root / "images"), "--out", str(out), "--quiet", *extra]
+        assert main(argv) == 0
+        records = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+        for r in records:
+            (r["details"].get("backend_meta") or {}).pop("batch_id", None)
+            r["backend"] = ""
+        return records
+
+    with running_server(responder=respond) as online:
+        expected = run(online, tmp_path / "online.jsonl", "--no-cache")
+        online_bodies = [r.body for r in online.received]
+    with running_server(responder=respond) as server:
+        got = run(server, tmp_path / "batch.jsonl", "--cache-dir", str(tmp_path / "cache"), "--batch", "--wait", "--poll-interval", "0.05")
+        assert not [r for r in server.received if r.path.endswith("/chat/completions")]
+    assert all(r["status"] == "ok" for r in expected) and [(r["id"], r["score"]) for r in got] == [(r["id"], r["score"]) for r in expected]
+    assert sorted(b.get("n", 1) for b in online_bodies) == [1] * 4 + [3] * 8
