@@ -395,3 +395,11 @@ def test_batch_mode_sends_the_n_choice_bodies_and_equals_an_online_run(tmp_path:
         assert not [r for r in server.received if r.path.endswith("/chat/completions")]
     assert all(r["status"] == "ok" for r in expected) and [(r["id"], r["score"]) for r in got] == [(r["id"], r["score"]) for r in expected]
     assert sorted(b.get("n", 1) for b in online_bodies) == [1] * 4 + [3] * 8
+
+
+def test_the_command_line_refuses_a_run_without_its_human_facts(tmp_path: Path) -> None:
+    root = Path(__file__).resolve().parents[1] / "examples"
+    base = ["score", "--method", "dcscore", "--backend", "scripted:x", "--images", str(root / "images"), "--input", str(root / "captions.jsonl"), "--out", str(tmp_path / "o.jsonl"), "--no-cache"]
+    assert main(base) == 2
+    assert main([*base, "--method-option", f"oracle_facts={tmp_path / 'none.jsonl'}"]) == 2
+    assert not (tmp_path / "o.jsonl").exists()

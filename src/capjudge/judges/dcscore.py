@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.backends.base import Completion, Message, Request
-from capjudge.images import LoadedImage
+from capjudge.images import ImageError, LoadedImage
 from capjudge.judges.steps import Outcome, StepContext
 from capjudge.parsing.dcscore import json_lines, mapping_of, read_json_answer, sample_scores
 from capjudge.prompts.registry import get_template
@@ -159,7 +159,7 @@ def dcscore(ctx: StepContext) -> Steps:
         entry = oracle_entry(path, ctx.prep.sample.image)
         assert ctx.prep.image is not None
         image = official_jpeg(ctx.prep.image)
-    except (ValueError, OSError) as exc:
+    except (ValueError, OSError, ImageError) as exc:
         return Outcome(None, None, {}, f"sample {ctx.sid}: {exc}")
     references = list(ctx.prep.sample.references)
     reference = "\n".join(references) if references else entry.get("oracle_caption")
