@@ -403,3 +403,12 @@ def test_the_command_line_refuses_a_run_without_its_human_facts(tmp_path: Path) 
     assert main(base) == 2
     assert main([*base, "--method-option", f"oracle_facts={tmp_path / 'none.jsonl'}"]) == 2
     assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_the_report_shows_the_facts_means_and_invalid_tries() -> None:
+    from capjudge.report.records import step_lines
+
+    steps = {"facts": FACTS[:2] + [{"fact": "x", "relevance": 0}], "f1_score_avg": 0.5, "precision_avg": 1.0, "trials": [{}] * 9, "invalid_tries": [{"error": "KeyError: 'relevance'"}]}
+    lines = step_lines(steps)
+    assert lines[:3] == ["R There is a car_0.", "R The car_0 is red.", "- x"]
+    assert lines[3] == "means of 9 trials: precision 1, f1_score 0.5" and lines[4] == "invalid try: KeyError: 'relevance'"
