@@ -412,3 +412,28 @@ def test_the_report_shows_the_facts_means_and_invalid_tries() -> None:
     lines = step_lines(steps)
     assert lines[:3] == ["R There is a car_0.", "R The car_0 is red.", "- x"]
     assert lines[3] == "means of 9 trials: precision 1, f1_score 0.5" and lines[4] == "invalid try: KeyError: 'relevance'"
+
+
+@pytest.mark.slow
+def test_tiny_hf_runs_the_text_only_and_image_steps(hf_backend: Any, bench: Path) -> None:
+    """On a local backend (the tiny random LLaVA): the matching reaches the model text only, the
+    verification with the image, every request one answer; the tiny model's answers are no JSON, so
+    the caption ends as the code leaves it, invalid after 5 tries."""
+    seen: list[Request] = []
+
+    def respond(req: Request) -> Any:
+        seen.append(req)
+        step = step_of("\n".join(m.content for m in req.messages))
+        if step == EXTRACT:  # the extraction prompt (its five worked examples) exceeds the tiny model's context
+            return fenced(FACTS)
+        out = hf_backend.generate([req])[0]
+        if isinstance(out, BaseException):
+            return out
+        return MATCHINGS[0] if step == MATCH else out  # the model's own verification
+
+    with Judge("dcscore", ScriptedBackend(respond), max_new_tokens=8, method_options={"oracle_facts": str(bench / "human_annotated_oracle_facts.jsonl")}, images_root=str(bench)) as j:
+        res = j.score(Sample(image=ROW["image_path"], caption=ROW["caption"], references=[ROW["oracle_caption"]]))
+    steps = [step_of("\n".join(m.content for m in r.messages)) for r in seen]
+    assert steps == [EXTRACT, MATCH, MATCH, MATCH, VERIFY, VERIFY, VERIFY] * 5
+    assert all(bool(r.images) == (s == VERIFY) and r.config.n == 1 for r, s in zip(seen, steps))
+    assert not res.ok and "no valid evaluation in 5 tries" in (res.error or "")
