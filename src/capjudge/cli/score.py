@@ -60,6 +60,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     _vqa_dir_option(args, method)
     _annotations_option(args, method)
     _captioned_option(args, method)
+    _oracle_facts_option(args, method)
     preflight(args, inputs=[(args.input, ("image", "caption"))], out=args.out, reports=[("--html", args.html)], out_kind="score")
     batch.check_batch_args(args)
     rows = load_items(args.input)  # no rows, or an id twice: exit 2
@@ -190,3 +191,17 @@ def html_report(args: argparse.Namespace) -> None:
     from capjudge.report.pages import results_page
 
     emit(args.html, lambda: results_page([args.out], images=args.images, command=command_line(), allow_outside_images=bool(args.allow_outside_images)), quiet=args.quiet)
+
+
+def _oracle_facts_option(args: argparse.Namespace, method: Any) -> None:
+    """DCScore's ``--method-option oracle_facts=FILE`` (DeCapBench's human facts): a usage error,
+    before any request, when the method takes it and it is missing or not a file."""
+    from pathlib import Path
+
+    if "oracle_facts" not in method.options:
+        return
+    given = [o.split("=", 1)[1] for o in (str(x).strip() for x in (getattr(args, "method_option", None) or [])) if o.replace("-", "_").startswith("oracle_facts=")]
+    if not given or not given[-1]:
+        raise UsageError(f"method {method.name!r} needs --method-option oracle_facts=FILE (DeCapBench's human_annotated_oracle_facts.jsonl)")
+    if not Path(given[-1]).is_file():
+        raise UsageError(f"--method-option oracle_facts={given[-1]!r} is not a file")

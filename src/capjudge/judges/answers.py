@@ -202,6 +202,7 @@ PARSERS: dict[str, ParserKind] = {
     "clair": ParserKind("CLAIR code JSON or first number", read_elsewhere),
     "capability": ParserKind("CAPability eval.py literal_eval and validators", read_elsewhere),
     "captionqa": ParserKind("CaptionQA code extract_letter", read_elsewhere),
+    "dcscore": ParserKind("DeCapBench code JSON lists (parse_text_json)", read_elsewhere),
 }
 """Parser kinds (``Method.parser``): label and reader."""
 

@@ -18,6 +18,7 @@ from typing import Any
 from capjudge.backends.base import Completion, Request
 from capjudge.judges.capability import capability
 from capjudge.judges.captionqa import captionqa
+from capjudge.judges.dcscore import dcscore
 from capjudge.judges.steps import Outcome, Pipeline, StepContext
 from capjudge.parsing.detailed import (
     capmas_answers,
@@ -169,6 +170,8 @@ PIPELINES: dict[str, Pipeline] = {
     "clair": clair,
     "capability": capability,
     "captionqa": captionqa,
+    "dcscore": dcscore,
+    "dcscore-code": dcscore,
 }
 """Pipelines by ``Method.pipeline``."""
 

@@ -165,7 +165,7 @@ class Judge:
     @property
     def requests(self) -> RequestBuilder:
         """How this judge builds its requests (method, system turn, answer length, alternatives)."""
-        return RequestBuilder(self.method, self.system, self.max_new_tokens, self.top_logprobs, official=self.official_system)
+        return RequestBuilder(self.method, self.system, self.max_new_tokens, self.top_logprobs, official=self.official_system, choices=kinds.is_api(self.backend.kind))
 
     def load_image(self, image: Any) -> LoadedImage | str:
         """The image loaded (read, hashed, decoded) under the judge's image settings, or the

@@ -24,13 +24,16 @@ class RequestBuilder:
     method's answer length (``None``: the method's), ``top_logprobs`` alternatives per token when
     the method smooths. ``official``: the judge's system is ``"auto"`` and the method sends its
     official code's system turns (``Method.official_system``), on every backend; otherwise
-    ``system`` replaces them (``None``: no system turn)."""
+    ``system`` replaces them (``None``: no system turn). ``choices``: the backend answers a request
+    of ``n`` > 1 with ``n`` choices (an API kind: ``Completion.meta["choices"]``); otherwise a
+    step that samples ``n`` answers (DCScore) asks ``n`` requests."""
 
     method: Method
     system: str | None = None
     max_new_tokens: int | None = None
     top_logprobs: int = 20
     official: bool = False
+    choices: bool = False
 
     def system_turn(self, official_text: str | None, parts: bool = True) -> Message | None:
         """The system turn of a request whose official system text is ``official_text``: that

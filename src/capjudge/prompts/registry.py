@@ -28,6 +28,7 @@ import jinja2.sandbox
 
 from capjudge.errors import UsageError
 from capjudge.prompts.capability import SOURCES as CAPABILITY_SOURCES
+from capjudge.prompts.dcscore import SOURCES as DCSCORE_SOURCES
 from capjudge.prompts.detailed import SOURCES as DETAILED_SOURCES
 from capjudge.prompts.sandbox import (
     BoundedSandbox,
@@ -120,6 +121,7 @@ _TEMPLATES: dict[str, PromptTemplate] = {
     for name, source in DETAILED_SOURCES.items()
 }
 _TEMPLATES.update({name: PromptTemplate(name=name, source=source, origin="capjudge/prompts/capability.py") for name, source in CAPABILITY_SOURCES.items()})
+_TEMPLATES.update({name: PromptTemplate(name=name, source=source, origin="capjudge/prompts/dcscore.py") for name, source in DCSCORE_SOURCES.items()})
 
 
 def _package_template(name: str) -> PromptTemplate:
@@ -170,7 +172,7 @@ def register_template(name: str, source: str | None = None, *, path: str | Path 
 
 
 Kind = Literal["score", "pairwise", "listwise"]
-Parser = Literal["rules", "first-integer", "fleur-code", "caparena", "capmas", "clair", "capability", "captionqa"]
+Parser = Literal["rules", "first-integer", "fleur-code", "caparena", "capmas", "clair", "capability", "captionqa", "dcscore"]
 
 OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "second_decimal": ("official", "printed"),
@@ -185,10 +187,11 @@ SCORE_OPTION = "score"
 method, so that records without it stay as they were): ``expected`` weights the printed number by
 its token probabilities (:mod:`capjudge.judges.expected`)."""
 
-FREE_OPTIONS: frozenset[str] = frozenset({"vqa_dir", "questions", "captioned"}) | {"annotations"}
+FREE_OPTIONS: frozenset[str] = frozenset({"vqa_dir", "questions", "captioned"}) | {"annotations", "oracle_facts"}
 """Method options that take any text (``vqa_dir``: the folder of CapMAS's per-image question files;
 ``annotations``: CAPability's ``annotations/`` folder; ``questions``: CaptionQA's question set,
-``captioned``: the input file whose images have a caption)."""
+``captioned``: the input file whose images have a caption; ``oracle_facts``: DeCapBench's
+human_annotated_oracle_facts.jsonl)."""
 
 
 class MethodOptionError(UsageError, ValueError):
@@ -493,3 +496,13 @@ for _m in (
 # CaptionQA (qa.py, bronyayang/CaptionQA f729489): Qwen/Qwen2.5-72B-Instruct on vLLM, greedy
 # (temperature 0), max_tokens 4 (--max-tokens default), the shuffles' seed 0 (--seed default).
 register_method(Method("captionqa", "captionqa", scale=(0.0, 1.0), pipeline="captionqa", parser="captionqa", step_templates=("captionqa_system",), temperature=0.0, max_new_tokens=4, normalize_caption=False, source="captionqa-code", paper="qa.py", options={"questions": "", "captioned": ""}, description="CaptionQA: a text-only judge answers the image's multiple-choice questions (questions=FILE_OR_DIR, the benchmark's question set; options shuffled with random.Random(0) over the set, \"Cannot answer from the caption\" added) from the caption alone; score = mean of 1 (right), 1/n + 0.05 (cannot answer), 0; the run's qa.py summary per category and overall."))
+# DCScore (DeCapBench, MAGAer13/DeCapBench 9f3fb10 eval/evaluation_decapbench.py; docs/methods.md
+# "DCScore"): gpt-4o-2024-05-13, max_tokens 2000; extraction at temperature 1 (n=1), matching at
+# temperature 1 (n=3), verification with the image (detail high) at 0.3 (n=3). ``dcscore`` fixes the
+# relevant-subset recall's weights and reads oracle ids as text; ``dcscore-code`` runs the code's.
+DCSCORE_MAX_TOKENS = 2000
+for _m in (
+    Method("dcscore", "dcscore_verify", scale=(0.0, 1.0), pipeline="dcscore", parser="dcscore", step_templates=("dcscore_system", "dcscore_extract", "dcscore_match"), temperature=0.3, context_temperature=1.0, max_new_tokens=DCSCORE_MAX_TOKENS, context_max_new_tokens=DCSCORE_MAX_TOKENS, image_detail="high", normalize_caption=False, source="dcscore-code", paper="eval/evaluation_decapbench.py, eval/compute_results.py", options={"oracle_facts": ""}, description="DCScore (DeCapBench): atomic facts extracted from the caption (text only), matched 3 times to the image's human facts (oracle_facts=FILE, text only), verified 3 times against the image and the reference; score = (F1 + relevant-subset F1) / 2 over the 9 trials, the relevant recall with the relevant facts' own weights."),
+    Method("dcscore-code", "dcscore_verify", scale=(0.0, 1.0), pipeline="dcscore-code", parser="dcscore", step_templates=("dcscore_system", "dcscore_extract", "dcscore_match"), temperature=0.3, context_temperature=1.0, max_new_tokens=DCSCORE_MAX_TOKENS, context_max_new_tokens=DCSCORE_MAX_TOKENS, image_detail="high", normalize_caption=False, source="dcscore-code", paper="eval/evaluation_decapbench.py, eval/compute_results.py", options={"oracle_facts": ""}, description="DCScore as the released code computes it: as dcscore, but the relevant-subset recall weighs each match by the matches of all facts (the code's predict_weights) and oracle ids 3 and '3' count apart."),
+):
+    register_method(_m)

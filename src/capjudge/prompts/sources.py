@@ -98,6 +98,12 @@ SOURCES: dict[str, Source] = {
             "https://github.com/bronyayang/CaptionQA/tree/f7294897f724c35b95e5f8ea179d2c54a279c91e",
             "CaptionQA code",
         ),
+        Source(
+            "dcscore-code",
+            "Painting with Words: Elevating Detailed Image Captioning with Benchmark and Alignment Learning (DeCapBench / DCScore, ICLR 2025; official code MAGAer13/DeCapBench, commit 9f3fb10)",
+            "https://github.com/MAGAer13/DeCapBench/tree/9f3fb10896608e5134b3f7966d8b1b7f93f47835",
+            "DeCapBench code",
+        ),
         Source("capjudge", "capjudge's own variant", "", "capjudge"),
     )
 }

@@ -280,9 +280,25 @@ def step_lines(steps: Any) -> list[str]:
             lines.append(f"{'+' if q.get('correct') else '-'} {first} -> answered {_text(q.get('answer'))}, key {_text(q.get('key'))}")
     if "clair_score" in steps:
         lines.append(f"CLAIR {_text(steps.get('clair_score'))} ({_text(steps.get('rule'))}): {_text(steps.get('reason'))}")
+    lines += dcscore_lines(steps)
     for key in ("refused_verifications", "refused_answers"):
         for raw in steps.get(key) or []:
             lines.append(f"asked again after: {_text(raw)[:200]}")
+    return lines
+
+
+def dcscore_lines(steps: dict[str, Any]) -> list[str]:
+    """DCScore's steps: the extracted facts (``R``: relevant), the means over the 3 x 3 trials and
+    the tries the code would have found invalid."""
+    if "f1_score_avg" not in steps and "invalid_tries" not in steps:
+        return []
+    lines = [f"{'R' if f.get('relevance') == 1 else '-'} {_text(f.get('fact'))}" for f in steps.get("facts") or [] if isinstance(f, dict)]
+    if isinstance(steps.get("f1_score_avg"), (int, float)):
+        means = ", ".join(f"{k} {steps[k + '_avg']:.4g}" for k in ("precision", "recall", "f1_score", "precision_relevant", "recall_relevant", "f1_score_relevant") if isinstance(steps.get(k + "_avg"), (int, float)))
+        lines.append(f"means of {len(steps.get('trials') or [])} trials: {means}")
+    for t in steps.get("invalid_tries") or []:
+        if isinstance(t, dict):
+            lines.append(f"invalid try: {_text(t.get('error'))[:200]}")
     return lines
 
 
