@@ -52,6 +52,7 @@ def test_cascade_json_and_plan(tmp_path, capsys) -> None:
         assert j["threshold"] is None or j["risk_bound"] <= 0.15
     c = d["calibration"]
     assert 0 < c["coverage"] <= 1 and c["cost_per_1000"] is not None
+    assert d["guaranteed_risk"] == max(j["risk_bound"] for j in d["judges"] if j["threshold"] is not None) <= 0.15
     # the cheap judge keeps some: the cascade costs less than asking the strong judge everything
     assert c["cost_per_1000"] < 1000 * d["judges"][1]["cost_per_judgment"]
     plan = CascadePlan.load(plan_path)

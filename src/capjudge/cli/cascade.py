@@ -83,6 +83,8 @@ def _text(d: dict[str, Any]) -> None:
     c = d["calibration"]
     acc = "-" if c["selective_accuracy"] is None else f"{c['selective_accuracy']:.3f}"
     out.write(f"on the labelled ids: coverage {c['coverage']:.3f}, agreement with people on kept verdicts {acc}, cost per 1,000 judgments {_money(c['cost_per_1000'])}\n")
+    if d.get("guaranteed_risk") is not None:
+        out.write(f"largest risk bound of the judges that keep verdicts: {d['guaranteed_risk']:.3f}\n")
     out.write("each judge's share of kept verdicts: " + ", ".join(f"{k} {v:.3f}" for k, v in c["shares"].items()) + "\n")
     if "unlabelled" in d:
         u = d["unlabelled"]

@@ -147,6 +147,9 @@ def cascade_report(judges: Sequence[str], human: str, *, alpha: float, delta: fl
             for j, f, c in zip(plan.judges, files, costs)
         ],
         "calibration": out.to_dict(),
+        # each keeping judge's bound holds for its kept share: the largest bounds the whole mixture
+        "guaranteed_risk": max((j.risk_bound for j in plan.judges if j.threshold is not None and j.risk_bound is not None), default=None),
+        "official_commit": csc.OFFICIAL_COMMIT,
         "bad_rows": len(problems),
     }
     unl = [i for i in common if i not in hum.labels]
