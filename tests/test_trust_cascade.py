@@ -215,3 +215,16 @@ def test_nothing_decided_has_no_selective_accuracy() -> None:
     out = C.apply(plan, [np.full(3, 0.99)], [np.array(["A", "A", "B"])], np.array(["A", "A", "B"]))
     assert out.coverage == 0.0 and out.selective_accuracy is None and out.shares == {"only": 0.0}
     assert out.decided_by.tolist() == [-1, -1, -1] and out.cost_per_1000 is None
+
+
+def test_official_off_grid_step_keeps_what_its_bound_refuses() -> None:
+    # two confidence levels (a dual-sided judge: both orders agree, or not): the official step
+    # lambda - 1/5000 never lands below the grid's second point, so no test fails and the lowest
+    # candidate, 0, is taken: the ties of confidence 0, all wrong, are kept too
+    conf = np.concatenate([np.ones(200), np.zeros(50)])
+    pred = np.array(["A"] * 190 + ["B"] * 10 + ["tie"] * 50)
+    human = np.array(["A"] * 250)
+    official = C.calibrate_judge(conf, pred, human, 0.15, 0.1, rule="official")
+    guaranteed = C.calibrate_judge(conf, pred, human, 0.15, 0.1)
+    assert official.threshold == 0.0 and official.kept == 250 and official.risk_bound > 0.15
+    assert guaranteed.threshold == C.threshold_grid(5000)[1] and guaranteed.kept == 200 and guaranteed.risk_bound <= 0.15

@@ -74,6 +74,7 @@ def test_bad_rows_are_named_and_the_rest_used(tmp_path, capsys) -> None:
     (["cascade", "--human", "HUMAN", "--judge", "MISSING", "--risk", "0.1"], "no such file"),
     (["cascade", "--human", "HUMAN", "--judge", "CHEAP", "--risk", "1.5"], "--risk and --delta"),
     (["calibrate", "SCORES", "--human", "HUMAN"], "0 ids in common"),
+    (["cascade", "--human", "HUMAN", "--judge", "CHEAP", "--risk", "0.1", "--rule", "official", "--min-samples", "1000"], "the official code stops here"),
 ])
 def test_usage_errors_exit_2(argv, message, capsys) -> None:
     files = {"HUMAN": EX / "human_pairs.jsonl", "SCORES": EX / "judge_scores.jsonl", "CHEAP": EX / "judge_cheap.jsonl", "MISSING": EX / "missing.jsonl"}

@@ -148,3 +148,10 @@ def test_logistic_clusters_of_one_row_change_nothing() -> None:
     dup = B.ppi_logistic(x[rows], args[1][rows], args[2][rows], xu, args[4], lam=1.0)
     dup_clustered = B.ppi_logistic(x[rows], args[1][rows], args[2][rows], xu, args[4], lam=1.0, clusters=rows)
     assert (dup_clustered.se > dup.se).all()
+
+
+def test_a_constant_judge_gives_the_labels_alone() -> None:
+    y = np.array([1.0, 2.0, 4.0, 5.0])
+    est = P.ppi_mean(y, np.full(4, 3.0), np.full(10, 3.0))
+    classical = P.classical_mean(y)
+    assert est.lam == 0.0 and (est.low, est.estimate, est.high) == pytest.approx((classical.low, classical.estimate, classical.high))

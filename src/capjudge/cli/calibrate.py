@@ -58,7 +58,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         report.saved.save(args.save)
         report.data["saved"] = args.save
     if args.format == "json":
-        print(json.dumps(report.data, ensure_ascii=False))
+        from capjudge.types import json_safe
+
+        print(json.dumps(json_safe(report.data), ensure_ascii=False))
     else:
         _text(report.data)
     return 0

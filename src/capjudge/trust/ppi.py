@@ -97,6 +97,8 @@ def tuned_lambda(y: np.ndarray, yhat: np.ndarray, yhat_unlabeled: np.ndarray) ->
     n, N = y.size, yhat_unlabeled.size
     cov = (1 / n) * 2 * np.sum((g - g.mean()) * (gh - gh.mean()))
     var = np.cov(np.concatenate([gh, yhat_unlabeled - theta]))
+    if not var > 0:  # a constant judge carries no information: the labels alone (ppi_py: NaN)
+        return 0.0
     lam = cov / (2 * (1 + n / N) * var)
     return float(np.clip(lam, 0, 1))
 

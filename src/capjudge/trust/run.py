@@ -134,7 +134,10 @@ def cascade_report(judges: Sequence[str], human: str, *, alpha: float, delta: fl
     conf = [np.array([float(f.rows[i].confidence or 0.0) for i in labelled]) for f in files]
     pred = [np.array([str(f.rows[i].value) for i in labelled]) for f in files]
     labels = np.array([str(hum.labels[i].value) for i in labelled])
-    plan = csc.calibrate(conf, pred, labels, alpha, delta, names=names, rule=rule, grid=grid, min_samples=min_samples, cost_per_judgment=costs)
+    try:
+        plan = csc.calibrate(conf, pred, labels, alpha, delta, names=names, rule=rule, grid=grid, min_samples=min_samples, cost_per_judgment=costs)
+    except ValueError as exc:  # the official rule stops where too few samples reach the first judge
+        raise TrustInputError(f"{human}: {len(labelled)} labelled ids: {exc}") from None
     out = csc.apply(plan, conf, pred, labels)
     data: dict[str, Any] = {
         "human": human,
