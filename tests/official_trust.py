@@ -7,9 +7,13 @@ Source: github.com/jaehunjung1/cascaded-selective-evaluation at commit
 and its README names none, so its code is not copied here: these functions restate its steps one
 for one, in the same order and with the same arithmetic (torch's default float32 emulated with
 numpy float32, scipy's ``binom.cdf`` and ``brentq`` on [0, 0.9999] as there), written loop by loop
-and threshold by threshold, with no vectorisation, to check capjudge.trust.cascade against. They
-were checked once against the official code itself on 60 random cascades (the script is not part
-of the project: the official code imports torch and its model clients).
+and threshold by threshold, with no vectorisation, to check capjudge.trust.cascade against. They,
+and capjudge's rule="official", were checked once against the official code itself (run from a
+checkout at that commit, its model clients stubbed) on 70 random two-judge cascades: equal
+thresholds to 1e-9, equal deciding judge per sample, coverage and selective accuracy; the runs
+took each of the official code's branches (the normal step down, the highest candidate kept
+although its bound is above alpha, the previous judge's threshold reused). That script is not part
+of the project.
 """
 
 from __future__ import annotations

@@ -24,6 +24,7 @@ def _judge(rng: np.random.Generator, n: int, labels: np.ndarray, bias: float = 0
     return conf, np.where(right, labels, 1 - labels)
 
 
+@pytest.mark.slow  # imports torch
 def test_grid_is_torch_linspace() -> None:
     torch = pytest.importorskip("torch")
     for size in (5000, 1000, 7, 2):
@@ -188,6 +189,7 @@ def test_simulated_risk_exceeds_alpha_in_at_most_delta_of_the_runs(bias: float) 
     assert over / runs <= delta + 3 * np.sqrt(delta * (1 - delta) / runs)
 
 
+@pytest.mark.slow  # 2,000 calibrations: about 4 s
 def test_simulated_cascade_risk_exceeds_alpha_in_at_most_delta_of_the_runs() -> None:
     rng = np.random.default_rng(12)
     runs, n, alpha, delta = 1000, 400, 0.15, 0.1
