@@ -29,6 +29,8 @@ KINDS: dict[str, str] = {
     "choose-one-json": "a capjudge choose-one report (JSON)",
     "markdown": "a Markdown report written by capjudge",
     "plot": "a plot written by capjudge (matplotlib)",
+    "calibration-json": "a capjudge calibration file (capjudge calibrate --save)",
+    "cascade-json": "a capjudge cascade plan (capjudge cascade --save)",
 }
 """Each kind of output, as the refusal names it."""
 
@@ -44,6 +46,8 @@ _HEAD_BYTES = 4096  # the generator tag is in the report's <head>, within its fi
 _JSON_KEYS: dict[str, tuple[str, ...]] = {
     "probe-json": ("method", "backend", "kinds", "summaries"),
     "choose-one-json": ("method", "mode", "backend", "n_groups", "accuracy"),
+    "calibration-json": ("format", "version", "method", "fitted_on"),
+    "cascade-json": ("format", "version", "judges", "alpha", "delta"),
 }
 _JSON_MAX_BYTES = 256 * 1024 * 1024  # a report this large is not read whole to be recognised
 

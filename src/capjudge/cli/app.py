@@ -1,6 +1,6 @@
 """The ``capjudge`` application: the parser of every command, ``main`` and its error handling.
 
-Commands: score, compare, explain, demo, methods, meta-eval, agree, cache, probe, html, arena, batch, serve, tiny.
+Commands: score, compare, explain, demo, methods, meta-eval, agree, calibrate, cascade, cache, probe, html, arena, batch, serve, tiny.
 
 Exit codes (:data:`EXIT_CODES_HELP`): 0 the run completed, also with per-sample errors (records in
 the results file, counted in the summary); 3 samples failed for backend reasons (server gone,
@@ -25,7 +25,7 @@ from capjudge.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE
 
 # The command modules of capjudge.cli, in the order `capjudge --help` lists their commands. Each
 # has ``register(subparsers)``; they import only light modules (heavy ones inside the commands).
-COMMANDS = ("score", "compare", "explain", "catalog", "demo", "metaeval", "agree", "cache", "probe", "html", "arena", "parity", "batch", "serve", "tiny", "capability")
+COMMANDS = ("score", "compare", "explain", "catalog", "demo", "metaeval", "agree", "calibrate", "cascade", "cache", "probe", "html", "arena", "parity", "batch", "serve", "tiny", "capability")
 
 
 def build_parser() -> argparse.ArgumentParser:
