@@ -71,6 +71,9 @@ def test_bytes_and_pil_images_are_sent_inline_once_each(monkeypatch: pytest.Monk
     assert got == local_records(rows)  # named as a local run names them: "<N bytes>", "<PIL image WxH>"
     assert got[0]["image"] == f"<{len(CATS)} bytes>" and got[2]["image"].startswith("<PIL image ")
     assert len(loads) == 2  # one read and encoding per distinct image of the request
+    with serving(images=None) as srv, RemoteJudge(srv.url) as judge:
+        (empty,) = judge.score_many([{"id": "e", "image": b"", "caption": "cats"}])
+    assert empty.status == "error" and "'<0 bytes>' is empty" in (empty.error or "") and empty.image == "<0 bytes>"
 
 
 def test_make_reward_remote_takes_decoded_image_columns() -> None:

@@ -130,6 +130,7 @@ def row_to_wire(
             fields = _inline_fields(image_label(image), image, root=None, limits=limits, confine=False)
             if read is not None:
                 read[key] = fields
+        out["image"] = image_label(image)  # its name, also when it could not be read
         out.update(fields)
         return out
     if not send_images or not isinstance(image, (str, Path)):
