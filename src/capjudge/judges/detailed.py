@@ -89,6 +89,10 @@ def load_questions(vqa_dir: str, image: Any) -> tuple[list[str], list[str], str]
     file and what is wrong with it."""
     if not isinstance(image, (str, Path)):
         raise ValueError("coverage finds an image's questions by its file name; this image has none")
+    # An image a client sent inline to a judge server carries the client's name for it (its
+    # ``str`` is a key of the server's own): the questions are looked up by that name.
+    name = getattr(image, "name", None)
+    image = name if isinstance(name, str) and not isinstance(image, Path) else image
     path = Path(vqa_dir) / f"{Path(str(image)).stem}.json"
     try:
         data = json.loads(path.read_text(encoding="utf-8"))

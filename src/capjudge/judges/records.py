@@ -60,10 +60,26 @@ def bounded_raw(raw: Any) -> tuple[Any, int | None]:
     return raw[: RAW_CHARS - len(TRUNCATED)] + TRUNCATED, len(raw)
 
 
+def _bounded_answers(value: Any) -> tuple[Any, Any, bool]:
+    """``value`` (an answer, or lists of them) with each answer cut by :func:`bounded_raw`; the
+    same shape of full lengths (``None`` for an answer kept whole); whether any was cut."""
+    if isinstance(value, (list, tuple)):
+        parts = [_bounded_answers(v) for v in value]
+        return [p[0] for p in parts], [p[1] for p in parts], any(p[2] for p in parts)
+    text, full = bounded_raw(value)
+    return text, full, full is not None
+
+
 def bound_raw_fields(fields: dict[str, Any]) -> None:
     """A record's ``raw`` in ``fields`` (one answer, or a list of them: a pair record's) cut by
     :func:`bounded_raw`, with ``details.raw_chars`` (the full length, or one per answer, ``None``
-    for those kept whole) when any was cut."""
+    for those kept whole) when any was cut; so are the refused answers of ``details.format_retries``
+    (``details.format_retries_chars``, of the same shape, when any was cut)."""
+    details = fields.get("details")
+    if isinstance(details, dict) and details.get("format_retries"):
+        kept, lengths, any_cut = _bounded_answers(details["format_retries"])
+        if any_cut:
+            fields["details"] = {**details, "format_retries": kept, "format_retries_chars": lengths}
     raw = fields.get("raw")
     if isinstance(raw, list):
         cut = [bounded_raw(r) for r in raw]

@@ -3,7 +3,7 @@
 Routes: ``GET /health`` (the one route open without the token), ``GET /v1/info`` (what the judge
 is: method, backend as records show it, template hash), ``POST /v1/score`` (``{"samples": [...]}``),
 ``POST /v1/compare`` (``{"pairs": [...], "mode": null | "pairwise" | "grading"}``), ``POST
-/v1/reward`` (``{"completions": [...], "images": [...], "references": [...]}``) and ``GET /metrics``
+/v1/reward`` (``{"completions": [...], "images": [...], "references": [...], "normalize": false}``) and ``GET /metrics``
 (Prometheus text format). A judging route answers 200 with one record per row (``{"results":
 [...]}``, a bad row an error record naming it), 400 for a body that is not what the route takes
 (a row with a field of the wrong type or length: naming the row), 401 without the token, 408 for a
@@ -32,6 +32,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from capjudge.recordcheck import unit_score
 from capjudge.redact import register_secret, scrub
 from capjudge.serve.batcher import Batcher, Closed, QueueFull
 from capjudge.serve.body import BodyError, Uploads, read_json
@@ -99,6 +100,19 @@ def authorized(request: Request, token: str | None) -> bool:
 
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+def reward_of(record: dict[str, Any], normalize: bool) -> float | None:
+    """A ``/v1/reward`` reward: an ok record's score on the method's scale, or with ``normalize``
+    on ``[0, 1]`` (the scale mapped onto it and clipped, as ``make_reward`` gives it); ``None`` for
+    a record that is not ok."""
+    score = record.get("score")
+    if record.get("status") != "ok" or not isinstance(score, (int, float)):
+        return None
+    if not normalize:
+        return score
+    low, high = record.get("scale") or (0.0, 0.0)
+    return unit_score(score, (low, high))
 
 
 def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, metrics: Metrics | None = None, batcher: Batcher | None = None) -> Starlette:
@@ -214,8 +228,11 @@ def create_app(judge: Any, settings: ServeSettings, info: dict[str, Any], *, met
             check_rows(rows, "completions")
         except WireError as exc:
             raise HTTPError(400, str(exc)) from None
+        normalize = body.get("normalize", False)
+        if not isinstance(normalize, bool):
+            raise HTTPError(400, f"'normalize' must be true or false, got {type(normalize).__name__}")
         results = await judged("/v1/reward", "score", rows)
-        return AsciiJSONResponse({"rewards": [r.get("score") if r.get("status") == "ok" else None for r in results], "results": results})
+        return AsciiJSONResponse({"rewards": [reward_of(r, normalize) for r in results], "results": results})
 
     async def get_metrics(request: Request) -> Response:
         return Response(metrics.text(), media_type=metrics.content_type)

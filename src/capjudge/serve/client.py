@@ -5,7 +5,9 @@ It has the judge interface the runner and the CLI use (``method``, ``backend``, 
 ``run_fields``, ``close``), and the records it returns are the server's judge's records, so a
 ``--remote`` run writes the results file a local run of the same judge writes (resume, ``--html``
 and all). Rows go in requests of ``batch_size``, ``concurrency`` of them in flight; local images are
-read here (under ``images_root``, confined unless ``allow_outside_images``) and sent as bytes.
+read here (under ``images_root``, confined unless ``allow_outside_images``), URL images fetched
+here, and both sent as bytes, as are encoded bytes and PIL images; a row the server's door would
+refuse is checked here by the same rules (:mod:`.rows`) and is its own error record, never sent.
 A request the server refuses for a full queue (429) is sent again after its ``Retry-After``; a
 server that cannot be reached makes resumable error records (a re-run asks them again).
 
@@ -31,8 +33,9 @@ from capjudge.recordcheck import unit_score
 from capjudge.redact import register_secret, scrub
 from capjudge.serve.calls import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_WAIT, Caller, RemoteError
 from capjudge.serve.received import Expected, check_records, keeps_outside_scale
+from capjudge.serve.rows import row_problem
 from capjudge.serve.server import TOKEN_VARIABLE, check_token
-from capjudge.serve.wire import row_to_wire
+from capjudge.serve.wire import fetch_url_fields, is_url, row_to_wire
 from capjudge.types import PairResult, Sample, ScoreResult, image_label
 
 
@@ -77,8 +80,21 @@ def _as_row(item: Any, pairs: bool) -> Any:
         if isinstance(item, (tuple, list)):
             return dict(zip(fields, item))
         if all(hasattr(item, f) for f in fields[:3]):
-            return {f: getattr(item, f, None) for f in fields}
+            row = {f: getattr(item, f, None) for f in fields}
+            row["shown_first"] = getattr(item, "first", None)  # a Pair's fixed order (--order single)
+            return row
     return item
+
+
+class RowRefused(ValueError):
+    """A row the server would refuse (:func:`capjudge.serve.rows.row_problem`): not sent, its own
+    error record (not resumable: the same row is refused again)."""
+
+
+def _failure_details(cause: BaseException) -> dict[str, Any]:
+    """A client-made error record's details: resumable (a re-run asks again) unless the row itself
+    was refused (asking again gives the same answer)."""
+    return {} if isinstance(cause, RowRefused) else {"resumable": True}
 
 
 class RemoteJudge:
@@ -87,7 +103,11 @@ class RemoteJudge:
     ``token`` defaults to ``$CAPJUDGE_TOKEN`` (never logged; one with white space at either end or
     other than printable ASCII is a ``ValueError``); ``batch_size`` rows go in one request,
     ``concurrency`` requests at once; ``images_root`` resolves local image paths, which are read here
-    and sent (``send_images=False``: sent as paths, for the server's ``--images``); ``timeout`` bounds
+    and sent, and ``http(s)`` image URLs are fetched here (the local policy, ``image_limits``' size
+    cap and timeout; a failed fetch is that row's error record) and sent (``send_images=False``:
+    both sent as they are, for the server's ``--images`` / ``--allow-url-images``); encoded bytes
+    and PIL images are always sent inline. A row the server would refuse (a caption that is not a
+    string, ...: :mod:`capjudge.serve.rows`) is not sent: it is its own error record; ``timeout`` bounds
     each request as a whole, its answer read entirely (seconds); ``max_response_bytes`` the size of
     an answer; ``retry_for`` how long a 429 is retried; ``wait`` how long the server may take to
     answer ``/health`` at the start (a server still loading its model; 0: ask once).
@@ -202,21 +222,29 @@ class RemoteJudge:
                 raise RemoteError(f"the judge server at {self.url} answered {route} without 'results'")
             return answer["results"]
 
-    def _wire(self, rows: list[Any], start: int) -> list[Any]:
+    def _wire(self, rows: list[Any], start: int) -> tuple[list[Any], dict[int, str]]:
+        """The wire form of each row of one request, and the rows not to send: ``{position: what
+        is wrong}`` by the server's own row checks (:func:`~capjudge.serve.rows.row_problem`)."""
         out = []
         read: dict[str, dict[str, str]] = {}  # each image of this request read and encoded once
+        if self.send_images:  # the request's URL images fetched here, together
+            fetch_url_fields([r["image"] for r in rows if isinstance(r, dict) and is_url(r.get("image"))], self.image_limits, read)
+        refused: dict[int, str] = {}
         for k, row in enumerate(rows):
             if isinstance(row, dict):
-                out.append(row_to_wire(row, start + k, images_root=self.images_root, limits=self.image_limits, confine=not self.allow_outside_images, send_images=self.send_images, read=read))
+                wired = row_to_wire(row, start + k, images_root=self.images_root, limits=self.image_limits, confine=not self.allow_outside_images, send_images=self.send_images, read=read)
+                if (problem := row_problem(wired)) is not None:
+                    refused[k] = problem
+                out.append(wired)
             else:
                 out.append(row)  # the server makes its error record
-        return out
+        return out, refused
 
     def _stream(self, items: Iterable[Any], route: str, field_name: str, extra: dict[str, Any], make: Any, failed: Any, expected: Expected) -> Iterator[tuple[int, Any]]:
         rows = list(items)
         chunks = [(s, rows[s : s + self.batch_size]) for s in range(0, len(rows), self.batch_size)]
         with ThreadPoolExecutor(max_workers=self.concurrency, thread_name_prefix="capjudge-remote") as pool:
-            pending: dict[Future[Any], tuple[int, list[Any], list[Any]]] = {}
+            pending: dict[Future[Any], tuple[int, list[Any], list[Any], dict[int, str]]] = {}
             todo = iter(chunks)
 
             def fill() -> None:
@@ -225,20 +253,27 @@ class RemoteJudge:
                     if nxt is None:
                         return
                     start, chunk = nxt
-                    wired = self._wire(chunk, start)
-                    pending[pool.submit(self._post, route, {field_name: wired, **extra})] = (start, chunk, wired)
+                    wired, refused = self._wire(chunk, start)
+                    sent = [w for k, w in enumerate(wired) if k not in refused]
+                    fut = pool.submit(self._post, route, {field_name: sent, **extra}) if sent else pool.submit(list)
+                    pending[fut] = (start, chunk, sent, refused)
 
             fill()
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in done:
-                    start, chunk, wired = pending.pop(fut)
+                    start, chunk, sent, refused = pending.pop(fut)
                     checked: list[tuple[dict[str, Any] | None, str | BaseException | None]]
                     try:
-                        checked = list(check_records(fut.result(), wired, expected))
+                        checked = list(check_records(fut.result(), sent, expected))
                     except RemoteError as exc:
-                        checked = [(None, exc)] * len(chunk)
-                    for k, (row, (record, problem)) in enumerate(zip(chunk, checked)):
+                        checked = [(None, exc)] * len(sent)
+                    answers = iter(checked)
+                    for k, row in enumerate(chunk):
+                        if k in refused:
+                            yield start + k, failed(start + k, row, RowRefused(refused[k]))
+                            continue
+                        record, problem = next(answers)
                         yield start + k, self._kept(start + k, row, record, problem, make, failed)
                 fill()
 
@@ -257,10 +292,12 @@ class RemoteJudge:
     def _score_failed(self, index: int, row: Any, cause: BaseException) -> ScoreResult:
         row = row if isinstance(row, dict) else {}
         sid = row.get("id")
+        refs = row.get("references")
         return ScoreResult(
             image=image_label(row.get("image")), caption=str(row.get("caption", "")), score=None, method=self.method.name, backend=self.backend_spec,
             model=self.backend.model, template_hash=self.method.template_hash, raw=None, status="error", error=f"sample {sid if sid is not None else index}: {cause}",
-            id=str(sid) if sid is not None else str(index), scale=self.method.scale, references=list(row.get("references") or ()), details={"resumable": True},
+            id=str(sid) if sid is not None else str(index), scale=self.method.scale, references=[r for r in refs if isinstance(r, str)] if isinstance(refs, (list, tuple)) else [],
+            details=_failure_details(cause),
         )
 
     def _pair_failed(self, mode: str | None) -> Any:
@@ -272,7 +309,7 @@ class RemoteJudge:
             return PairResult(
                 image=image_label(row.get("image")), caption_a=str(row.get("caption_a", "")), caption_b=str(row.get("caption_b", "")), verdict=None,
                 method=fields["method"], backend=self.backend_spec, model=self.backend.model, template_hash=fields["template_hash"], mode=fields["mode"],
-                status="error", error=f"pair {pid if pid is not None else index}: {cause}", id=str(pid) if pid is not None else str(index), details={"resumable": True},
+                status="error", error=f"pair {pid if pid is not None else index}: {cause}", id=str(pid) if pid is not None else str(index), details=_failure_details(cause),
             )
 
         return failed

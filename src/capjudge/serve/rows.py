@@ -1,5 +1,8 @@
 """Rows checked at the server's door: the JSON type and the length of each field a row carries.
 
+The same checks run in the client (:class:`~capjudge.serve.client.RemoteJudge`) before a row is
+sent, so that a Python caller's bad row is that row's error record, not a refused request.
+
 A row whose field has a type no client of the wire sends (a caption that is a number, references
 that are not a list of strings, an id that is an object) or a text over its length cap is refused
 before it is queued (a 400 naming the row and the field), so that it never reaches a batch shared
@@ -66,6 +69,9 @@ def row_problem(row: dict[str, Any]) -> str | None:
         for k, ref in enumerate(refs):
             if ref is None or (problem := _text(ref, f"references[{k}]", MAX_TEXT_CHARS)):
                 return problem or f"'references[{k}]' must be a string, got null"
+    first = row.get("shown_first")
+    if first is not None and (not isinstance(first, str) or first not in ("", "A", "B")):
+        return f"'shown_first' must be 'A' or 'B' (or null), got {str(first)[:20]!r}"
     for field in ("image_b64", "image_error"):  # image_error is cut to its cap where it is read
         if row.get(field) is not None and not isinstance(row[field], str):
             return f"{field!r} must be a string, got {type(row[field]).__name__}"

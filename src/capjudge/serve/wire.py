@@ -1,7 +1,8 @@
 """What travels between ``capjudge serve`` and its clients: samples and pairs with their images.
 
 A sample or pair on the wire is the input row (``image``, ``caption`` or ``caption_a`` /
-``caption_b``, ``references``, ``id``) with, where the client read the image itself, its bytes in
+``caption_b``, ``references``, ``id``, a pair's ``shown_first``) with, where the client read the
+image itself (a path, an ``http(s)`` URL it fetched, encoded bytes, a PIL image), its bytes in
 ``image_b64`` (base64; ``image`` is then only the image's name, as records show it) or the reason it
 could not be read in ``image_error`` (the record then says what a local run says). Without either,
 ``image`` is a ``data:`` URL, or an ``http(s)`` URL or a path that the server reads only as its
@@ -21,14 +22,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from capjudge.images import ImageError, ImageLimits, load_image
+from capjudge.images import REQUEST_DEADLINE_FACTOR, ImageError, ImageLimits, fetch_many, load_image
+from capjudge.imagesources import LOCAL_SOURCES
 from capjudge.types import image_label
 
 MAX_ERROR_CHARS = 2000
 """An ``image_error`` sent by a client is cut to this length."""
 
-ROW_FIELDS = ("image", "caption", "caption_a", "caption_b", "references", "id")
-"""The fields of an input row that travel (others, such as a note, stay with the client)."""
+ROW_FIELDS = ("image", "caption", "caption_a", "caption_b", "references", "id", "shown_first")
+"""The fields of an input row that travel (others, such as a note, stay with the client);
+``shown_first`` (``"A"`` / ``"B"``) fixes the caption a single-order comparison shows first."""
 
 
 class InlineImage(str):
@@ -71,6 +74,38 @@ class WireError(ValueError):
     """A request body that is not what the route takes (a 400 naming the field)."""
 
 
+def is_url(image: Any) -> bool:
+    """Whether ``image`` is an ``http(s)`` URL (what a client fetches itself before sending)."""
+    return isinstance(image, str) and image.startswith(("http://", "https://"))
+
+
+def is_image_object(image: Any) -> bool:
+    """Whether ``image`` is encoded bytes or a PIL image (a decoded ``datasets`` image column):
+    no path or URL, so it always travels inline."""
+    return isinstance(image, (bytes, bytearray)) or (not isinstance(image, (str, Path)) and image is not None and hasattr(image, "convert"))
+
+
+def _inline_fields(name: str, image: Any, *, root: str | Path | None, limits: ImageLimits, confine: bool) -> dict[str, str]:
+    """The wire fields of an image read here: ``image`` (its name) and ``image_b64``, or the
+    error that stopped the read in ``image_error``."""
+    try:
+        loaded = load_image(image, root=root, decode=False, limits=limits, confine=confine)
+        return {"image": name, "image_b64": base64.b64encode(loaded.data or b"").decode("ascii")}
+    except ImageError as exc:
+        return {"image_error": str(exc)}
+
+
+def fetch_url_fields(urls: list[str], limits: ImageLimits, read: dict[str, dict[str, str]]) -> None:
+    """The ``http(s)`` image URLs of one request fetched here, together (the local policy: a
+    client is its user's own run; ``limits``' size cap and timeout, all of them within
+    :data:`~capjudge.images.REQUEST_DEADLINE_FACTOR` times it), each put into ``read`` as the
+    wire fields :func:`row_to_wire` sends: its bytes inline under the URL's name, or its error."""
+    todo = [u for u in dict.fromkeys(urls) if u not in read]
+    got = fetch_many(todo, limits, LOCAL_SOURCES, deadline=REQUEST_DEADLINE_FACTOR * limits.download_timeout)
+    for url, body in got.items():
+        read[url] = {"image": url, "image_b64": base64.b64encode(body).decode("ascii")} if isinstance(body, bytes) else {"image_error": str(body)}
+
+
 def row_to_wire(
     row: Mapping[str, Any], index: int, *, images_root: str | Path | None, limits: ImageLimits, confine: bool, send_images: bool = True,
     read: dict[str, dict[str, str]] | None = None,
@@ -78,28 +113,39 @@ def row_to_wire(
     """The wire form of an input row (a dict as :func:`capjudge.inputcheck.load_items` reads
     it). ``index`` becomes the ``id`` of a row without one (what a local run's record says). With
     ``send_images``, a local image is read here (``images_root``, ``confine`` as a local run
-    reads it) and sent as ``image_b64``, or its load error as ``image_error``; ``read`` keeps each
-    path's fields, so that the captions of one image in a request read and encode it once."""
+    reads it) and an ``http(s)`` URL fetched here (:func:`fetch_url_fields`), and sent as
+    ``image_b64``, or its error as ``image_error``. Encoded bytes and PIL images are always sent
+    inline, named as a local run's records name them. ``read`` keeps each image's fields, so that
+    the captions of one image in a request read and encode it once."""
     out = {k: row[k] for k in ROW_FIELDS if k in row}
     if out.get("id") is None:
         out["id"] = str(index)
-    image = row.get("image")
+    if isinstance(out.get("references"), tuple):
+        out["references"] = list(out["references"])
+    image: Any = row.get("image")
+    if is_image_object(image):
+        key = f"\0object-{id(image)}"  # the row holds the object for the whole request: its id is its own
+        fields = read.get(key) if read is not None else None
+        if fields is None:
+            fields = _inline_fields(image_label(image), image, root=None, limits=limits, confine=False)
+            if read is not None:
+                read[key] = fields
+        out["image"] = image_label(image)  # its name, also when it could not be read
+        out.update(fields)
+        return out
     if not send_images or not isinstance(image, (str, Path)):
         if isinstance(image, Path):
             out["image"] = str(image)
         return out
     text = str(image)
-    if text.startswith(("http://", "https://", "data:")):
+    if text.startswith("data:"):
         return out
-    fields = read.get(text) if read is not None else None
+    read = read if read is not None else {}
+    if is_url(text) and text not in read:
+        fetch_url_fields([text], limits, read)
+    fields = read.get(text)
     if fields is None:
-        try:
-            loaded = load_image(text, root=images_root, decode=False, limits=limits, confine=confine)
-            fields = {"image": text, "image_b64": base64.b64encode(loaded.data or b"").decode("ascii")}
-        except ImageError as exc:
-            fields = {"image_error": str(exc)}
-        if read is not None:
-            read[text] = fields
+        fields = read[text] = _inline_fields(text, text, root=images_root, limits=limits, confine=confine)
     out.update(fields)
     return out
 
@@ -163,4 +209,4 @@ def items_of(body: Any, field: str) -> list[Any]:
     return items
 
 
-__all__ = ["INLINE_PREFIX", "InlineImage", "ROW_FIELDS", "WireError", "data_url_image", "items_of", "named", "row_from_wire", "row_to_wire"]
+__all__ = ["INLINE_PREFIX", "InlineImage", "ROW_FIELDS", "WireError", "data_url_image", "fetch_url_fields", "is_image_object", "is_url", "items_of", "named", "row_from_wire", "row_to_wire"]

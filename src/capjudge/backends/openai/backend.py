@@ -297,7 +297,7 @@ class OpenAIBackend(Backend):
         # The same credentials make the synchronous client of the files and batches APIs (batch
         # mode), built only when asked for (batch_client()).
         self._client_config = ClientConfig(
-            kind, model, self.endpoint, self.api_version, timeout, self.url_auth, api_key, organization, azure_ad_token_provider, headers
+            kind, model, self.endpoint, self.api_version, timeout, self.url_auth, api_key, organization, azure_ad_token_provider, headers, self.max_response_bytes
         )
         self._client = self._client_config.make()
         self._breaker = CircuitBreaker(f"the server at {clean_endpoint(self.endpoint)}", threshold=gone_after, grace=gone_grace)

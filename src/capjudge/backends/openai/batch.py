@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capjudge.backends.base import BackendError
 from capjudge.backends.credentials import mask_argv, safe_options
 from capjudge.errors import CapjudgeError
 from capjudge.io import read_jsonl as jsonl_lines
@@ -287,12 +288,23 @@ def _page(listing: Any) -> Iterator[Any]:
     yield from listing
 
 
-class Provider:
-    """The files and batches calls of the official ``openai`` SDK for one backend."""
+MAX_DOWNLOAD_BYTES = 4 * 1024**3
+"""A batch's output or error file is downloaded up to this many bytes (a provider's file of
+50,000 answers runs to hundreds of MB): a larger one is refused, its partial copy removed."""
 
-    def __init__(self, client: Any, url: str) -> None:
+
+class FileTooLarge(BackendError):
+    """A batch file being downloaded ran over :data:`MAX_DOWNLOAD_BYTES`: refused, not kept."""
+
+
+class Provider:
+    """The files and batches calls of the official ``openai`` SDK for one backend; files are
+    downloaded up to ``max_download_bytes``."""
+
+    def __init__(self, client: Any, url: str, *, max_download_bytes: int = MAX_DOWNLOAD_BYTES) -> None:
         self.client = client
         self.url = url
+        self.max_download_bytes = max_download_bytes
 
     def find_file(self, name: str, size: int) -> str | None:
         """The id of an uploaded batch file with this name and size (a kill after the upload, before
@@ -345,11 +357,26 @@ class Provider:
         return self.client.batches.cancel(batch_id)
 
     def download(self, file_id: str, dest: Path) -> Path:
-        """Save a file's content (an output or error file) to ``dest`` (atomically)."""
+        """Save a file's content (an output or error file) to ``dest`` (atomically), up to
+        ``max_download_bytes``: :class:`FileTooLarge` beyond (announced or as it streams in), the
+        partial copy removed."""
         tmp = dest.with_name(dest.name + ".part")
-        with tmp.open("wb") as fh, self.client.files.with_streaming_response.content(file_id) as response:
-            for chunk in response.iter_bytes():  # output files of large batches run to hundreds of MB
-                fh.write(chunk)
+        cap = self.max_download_bytes
+        too_large = f"batch file {file_id} is over {cap:,} bytes: refused, not kept (capjudge.backends.openai.batch.MAX_DOWNLOAD_BYTES)"
+        try:
+            with tmp.open("wb") as fh, self.client.files.with_streaming_response.content(file_id) as response:
+                declared = str(response.headers.get("content-length", ""))
+                if declared.isdigit() and int(declared) > cap:
+                    raise FileTooLarge(f"{too_large}; it announced {int(declared):,} bytes")
+                size = 0
+                for chunk in response.iter_bytes():  # output files of large batches run to hundreds of MB
+                    size += len(chunk)
+                    if size > cap:
+                        raise FileTooLarge(too_large)
+                    fh.write(chunk)
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         os.replace(tmp, dest)
         return dest
 

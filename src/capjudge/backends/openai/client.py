@@ -15,6 +15,8 @@ from urllib.parse import urlsplit, urlunsplit
 from capjudge.backends import kinds
 from capjudge.backends.base import BackendError
 from capjudge.backends.credentials import UrlAuth
+from capjudge.backends.openai.errorbody import sdk_http_client
+from capjudge.backends.openai.transport import DEFAULT_MAX_RESPONSE_BYTES
 from capjudge.backends.options import OptionError
 from capjudge.redact import get_logger
 
@@ -113,6 +115,7 @@ class ClientConfig:
     organization: str | None
     token_provider: Callable[[], Any] | None
     headers: Mapping[str, str] | None
+    max_response_bytes: int = DEFAULT_MAX_RESPONSE_BYTES  # an error answer is read up to errorbody.error_cap of it
 
     def __repr__(self) -> str:
         return f"ClientConfig({self.kind!r}, {clean_endpoint(self.endpoint)!r})"  # never the key
@@ -121,7 +124,10 @@ class ClientConfig:
         """The SDK's client: async for chat requests, ``sync`` for the files and batches APIs."""
         import openai
 
-        common: dict[str, Any] = {"max_retries": max_retries, "timeout": self.timeout, "default_headers": dict(self.headers) if self.headers else None}
+        common: dict[str, Any] = {
+            "max_retries": max_retries, "timeout": self.timeout, "default_headers": dict(self.headers) if self.headers else None,
+            "http_client": sdk_http_client(self.max_response_bytes, sync=sync),  # error answers read up to a cap
+        }
         if self.url_auth.query:
             common["default_query"] = dict(self.url_auth.query)
         if self.kind == "azure":

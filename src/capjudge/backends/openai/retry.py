@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 from capjudge.backends.base import BackendError
 from capjudge.backends.openai.context import context_error
+from capjudge.backends.openai.errorbody import cut_note
 from capjudge.errors import CapjudgeError
 from capjudge.redact import scrub
 
@@ -160,7 +161,7 @@ def describe(exc: BaseException, *, attempts: int = 1) -> BackendError:
         message = message or getattr(exc, "message", None) or str(exc)
         code = getattr(exc, "code", None)
         code_part = f" [{code}]" if code else ""
-        text = f"HTTP {status}{code_part}{tried}: {message}"
+        text = f"HTTP {status}{code_part}{tried}: {message}{cut_note(exc)}"
         too_long = context_error(status, code, str(message), reported=text)  # counts, where the server gave them
         if too_long is not None:
             return too_long
