@@ -331,7 +331,11 @@ def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None,
     and ``--method`` are optional, and the command resolves the method with
     :func:`capjudge.cli.serve.command_method`). ``backend_required=False``: the command checks
     ``--backend`` itself (``arena --caparena-results`` needs none)."""
-    backend_help = "backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o"
+    backend_help = (
+        "backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o, "
+        "scripted:TEXT[?rules=FILE] (no model; FILE: [pattern, answer] regex rules, trusted like code: a pattern "
+        "such as (a+)+$ can run for minutes on a caption)"
+    )
     if panel:
         add_backend_option(p, backend_help)
     else:
