@@ -19,6 +19,7 @@ from capjudge.cli.common import (
     preflight,
 )
 from capjudge.cli.html import add_html_option
+from capjudge.cli.terminal import visible
 from capjudge.errors import EXIT_OK, UsageError
 
 # Only light modules at the top (perturbations is the standard library only): building the parser
@@ -173,7 +174,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
         reports = [report] if second is None else [report, second]
         emit(args.html, lambda: probe_page(reports, comparison=cmp, images=args.images, command=command_line()), quiet=args.quiet)
     if not args.quiet:
-        print(text)
+        print(visible(text))
         if bad:
             con.print(f"[yellow]{bad} input row(s) could not be read and were skipped.[/yellow]")
     return EXIT_OK
@@ -223,7 +224,7 @@ def cmd_choose_one(args: argparse.Namespace) -> int:
         data["bad_rows"] = bad
         write_json(data, args.out_json)
     if not args.quiet:
-        print(text)
+        print(visible(text))
         for b in bad[:5]:
             console().print(f"[yellow]skipped: {b}[/yellow]")
     return EXIT_OK
