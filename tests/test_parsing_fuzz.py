@@ -8,7 +8,8 @@ a minute). What
 this proves: on 1 MB adversarial answers (repeated openers, digits, markers, nested and unbalanced
 braces, long runs of spaces, a seeded random mix of the readers' own words) every reader finishes
 within a generous bound (a quadratic one needs minutes to hours): each parser kind of
-``judges.answers.PARSERS`` through its reader (FLEUR's with token steps), ``parse_score``,
+``judges.answers.PARSERS`` through its reader (with token steps where it smooths, and
+``score=expected``), ``parse_score``,
 ``parse_verdict``, ``parse_score_list``, the detailed-caption readers, ``split_text`` and
 ``boxed``; the rewritten readers give what the old code gives (differential, on random short
 answers); and an answer past ``MAX_ANSWER_CHARS`` is cut before reading, saying so in
@@ -167,20 +168,23 @@ def test_parser_kinds_cover_the_table() -> None:
     assert set(PARSER_METHODS) == set(PARSERS) and all(get_method(m).parser == k for k, m in PARSER_METHODS.items())
 
 
-@pytest.mark.parametrize("kind", list(PARSER_METHODS))
-def test_every_parser_kind_reads_1mb_answers_in_linear_time(kind: str) -> None:
-    method = get_method(PARSER_METHODS[kind])
+@pytest.mark.parametrize(
+    ("kind", "name", "options"),
+    [*((k, m, {}) for k, m in PARSER_METHODS.items()), ("rules", "vanilla", {"score": "expected"}), ("first-integer", "visce2-code", {"score": "expected"})],
+)
+def test_every_parser_kind_reads_1mb_answers_in_linear_time(kind: str, name: str, options: dict[str, str]) -> None:
+    method = get_method(name).configure(options)  # score=expected: the printed number's tokens
     prep = Prepared(index=0, sample=Sample(image=str(CATS), caption="two cats"))
 
     def record(_prep: Prepared, **fields: Any) -> Any:
         return fields
 
-    smooths = kind in ("rules", "fleur-code")  # the readers that walk the token steps
+    smooths = kind in ("rules", "fleur-code") or bool(options)  # the readers that walk the token steps
 
     def read(text: str) -> Any:
         return PARSERS[kind].read(method, prep, Completion(text=text, steps=steps_of(text) if smooths else [], logprobs=smooths), {}, record)
 
-    within_bound(read, f"parser kind {kind!r}")
+    within_bound(read, f"parser kind {kind!r} {options}")
 
 
 # -- the rewritten readers read as before ------------------------------------------------------
