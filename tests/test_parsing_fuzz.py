@@ -4,16 +4,15 @@
 8000``, 56 KB, took 20 s; a 1 MB answer hours), CapArena's ``Reason:\\s*(.+?)\\s*Judgment:``
 backtracked over every ``Reason:`` without a ``Judgment:`` and over every long run of spaces, and
 the verdict reader's clause split retried a run of spaces from each of its spaces (20,000 spaces:
-a minute). What
-this proves: on 1 MB adversarial answers (repeated openers, digits, markers, nested and unbalanced
-braces, long runs of spaces, a seeded random mix of the readers' own words) every reader finishes
-within a generous bound (a quadratic one needs minutes to hours): each parser kind of
-``judges.answers.PARSERS`` through its reader (with token steps where it smooths, and
-``score=expected``), ``parse_score``,
-``parse_verdict``, ``parse_score_list``, the detailed-caption readers, ``split_text`` and
-``boxed``; the rewritten readers give what the old code gives (differential, on random short
-answers); and an answer past ``MAX_ANSWER_CHARS`` is cut before reading, saying so in
-``details.answer_cut``, for scores and verdicts.
+a minute). What this proves: on 1 MB adversarial answers (repeated openers, digits, markers,
+nested and unbalanced braces, long runs of spaces, a seeded random mix of the readers' own words)
+every reader finishes within a generous bound (a quadratic one needs minutes to hours; an alarm
+stops it there): each parser kind of ``judges.answers.PARSERS`` through its reader (with token
+steps where it smooths, and ``score=expected``), ``parse_score``, ``parse_verdict``,
+``parse_score_list``, the detailed-caption readers, ``split_text`` and ``boxed``; the rewritten
+readers give what the old ones give (differential, on random short answers); and an answer past
+``MAX_ANSWER_CHARS`` is cut before reading, saying so in ``details.answer_cut``, for scores and
+verdicts.
 """
 
 from __future__ import annotations
