@@ -390,3 +390,51 @@ def test_protocol_default_method_sends_the_official_requests(tmp_path: Path, mon
     board = {e["model"]: e for e in d["caparena"]["leaderboard"]}
     per = Counter(a["ref_model"] for a in assign.values())
     assert board["Mine"]["Score_Avg"] == pytest.approx(sum(per[b] / 2 for b in BASELINES) / 3, abs=1e-9)
+
+
+# -------------------------------------------------- hostile files: deep nesting, wrong types (#30, item 16)
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize(
+    ("change", "named"),
+    [
+        ({"ref_model": ["GPT-4o-0806"]}, "field 'ref_model' must be text, not a list"),
+        ({"source2": {"name": "x"}}, "field 'source2' must be text, not an object"),
+        ({"caption2": None}, "field 'caption2' must be text, not null"),
+    ],
+)
+def test_battle_files_of_wrong_types_are_usage_errors_naming_the_field(tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, Any], named: str) -> None:
+    files = write_files(tmp_path)
+    bad = [dict(files["Model-X"][0], **change), *files["Model-X"][1:]]
+    (tmp_path / "Model-X.json").write_text(json.dumps(bad))
+    assert main(["arena", "--caparena-results", str(tmp_path), "--format", "json", "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert f"Model-X.json: entry 0 (img {bad[0]['img']!r}): {named}" in err and "internal error" not in err
+
+
+def test_battle_files_without_img_and_nested_too_deeply(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    files = write_files(tmp_path)
+    no_img = [{k: v for k, v in dict(files["Model-X"][0], ref_model="Nobody").items() if k != "img"}]
+    (tmp_path / "Model-X.json").write_text(json.dumps(no_img))
+    (tmp_path / "Deep.json").write_text(DEEP)
+    assert main(["arena", "--caparena-results", str(tmp_path), "--format", "json", "--bootstrap", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "Model-X.json: entry 0 (img None): ref_model 'Nobody'" in err
+    assert "Deep.json: not a readable JSON file: nested too deeply" in err and "internal error" not in err
+
+
+def test_assignments_nested_too_deeply_or_of_wrong_types(arena_files: tuple[Path, dict[str, Any], dict[str, Path]], capsys: pytest.CaptureFixture[str]) -> None:
+    root, assign, models = arena_files
+    base = ["arena", "--protocol", "caparena-auto", "--backend", "scripted:Answer 1", "--method", "gpt4v-pairwise", "--images", str(root / "imgs"),
+            "--out", str(root / "b.jsonl"), "--quiet", "--models", *[f"{m}={p}" for m, p in models.items()]]
+    deep = root / "deep.json"
+    deep.write_text(DEEP)
+    assert main([*base, "--assignments", str(deep)]) == 2
+    assert f"--assignments {deep}: cannot be read: nested too deeply" in capsys.readouterr().err
+    listed = root / "listed.json"
+    listed.write_text(json.dumps({img: dict(a, ref_model=[a["ref_model"]]) for img, a in assign.items()}))
+    assert main([*base, "--assignments", str(listed)]) == 2
+    err = capsys.readouterr().err
+    assert f"--assignments {listed}: no usable image" in err and "ref_model [" in err and "internal error" not in err
+

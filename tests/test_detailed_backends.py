@@ -66,6 +66,18 @@ def test_scripted_rules_pick_by_prompt(tmp_path: Path) -> None:
     assert main(["score", "--method", "clair", "--backend", f"scripted:x?rules={bad}", "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(tmp_path / "o.jsonl"), "--no-cache"]) == 2
 
 
+@pytest.mark.parametrize("command", ["score", "compare", "arena"])
+def test_rules_files_are_said_to_be_trusted_like_code(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue #30, item 18: a rules pattern such as (a+)+$ runs unbounded (Python's re takes no time
+    limit, and no check tells every such pattern apart), so the help says what a rules file is."""
+    with pytest.raises(SystemExit):
+        main([command, "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "rules=FILE" in text and "trusted like code" in text and "(a+)+$" in text
+    docs = " ".join((EXAMPLES.parent / "docs" / "backends.md").read_text(encoding="utf-8").split())
+    assert "A rules file is trusted like code" in docs
+
+
 # ------------------------------------------------------------------------------- the README commands
 @pytest.mark.parametrize(
     ("command", "method", "extra", "aggregate"),

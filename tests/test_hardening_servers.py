@@ -32,7 +32,7 @@ from capjudge.cli import main
 from capjudge.judges.invariants import checked_score, pair_problem
 from capjudge.judges.judge import Judge
 from capjudge.types import Sample
-from capjudge.usage import PriceTable, Usage
+from capjudge.usage import PriceTable, Usage, usage_from_report
 from openai_fake_server import answering, running_server, trickling_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -198,6 +198,26 @@ def test_bad_usage_never_makes_a_cost_negative_nor_loses_a_row(tmp_path: Path, c
     assert costs == [pytest.approx(4 * 1000.0 / 1e6)] * 6  # the completion tokens only, never below 0
     assert err.count("which is not a token count") == 1, err  # said once for the run
     assert "prompt_tokens=" in err
+
+
+@pytest.mark.parametrize("count", [1e30, 10**30, 100_000_001])
+def test_absurd_usage_is_ignored_and_the_budget_still_holds(tmp_path: Path, capsys: pytest.CaptureFixture[str], count: Any) -> None:
+    # 1e30 tokens would cost 4e24 USD: ignored with a warning, as a negative count is (issue #30, item 19).
+    prices = tmp_path / "prices.json"
+    prices.write_text(json.dumps({"m": {"input": 1000.0, "output": 1000.0}}))
+    usage = {"prompt_tokens": count, "completion_tokens": 4}
+    with running_server(responder=answering("0.85", tokens=fleur_tokens(), usage=usage)) as srv:
+        rc, records = score_cli(tmp_path, srv.base_url, "fleur", "--prices", str(prices), "--max-cost", "100")
+    err = capsys.readouterr().err
+    assert rc == 0 and len(records) == 6 and all(r["status"] == "ok" for r in records), [r.get("error") for r in records]
+    assert [r["details"]["backend_meta"]["cost_usd"] for r in records] == [pytest.approx(4 * 1000.0 / 1e6)] * 6
+    assert all(r["details"]["usage"]["prompt_tokens"] == 0 for r in records)
+    assert err.count("which is more than one call can count (over 100,000,000): ignored") == 1, err
+
+
+def test_token_counts_up_to_the_bound_are_kept() -> None:
+    assert usage_from_report({"prompt_tokens": 100_000_000, "completion_tokens": 2.0}) == Usage(prompt_tokens=100_000_000, completion_tokens=2)
+    assert usage_from_report({"prompt_tokens": float("inf"), "completion_tokens": float("nan")}) == Usage()
 
 
 def test_prices_never_go_below_zero_for_stored_negative_counts() -> None:

@@ -27,3 +27,14 @@ def test_a_data_set_file_names_the_bad_line(tmp_path: Path) -> None:
     p.write_text('{"a": 1}\n{oops\n', encoding="utf-8")
     with pytest.raises(DatasetError, match=r"ann\.jsonl:2: not valid JSON \(Expecting property name"):
         _read_jsonl(p)
+
+
+# -- a line nested too deeply (issue #30, item 16)
+
+
+def test_an_input_line_nested_too_deeply_is_that_rows_error(tmp_path: Path) -> None:
+    rows = tmp_path / "rows.jsonl"
+    rows.write_text('{"image": "cats.jpg", "caption": "two cats"}\n{"image": "cats.jpg", "caption": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    lines = list(read_jsonl(rows))
+    assert lines[0].error is None and lines[1].error is not None and "nested too deeply" in lines[1].error
+

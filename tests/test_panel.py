@@ -361,3 +361,17 @@ def test_a_retry_bypasses_every_judges_cache(tmp_path: Path) -> None:
         fresh = panel.score("cats.jpg", "two cats")
     assert first.details["cached"] == [False, False] and again.details["cached"] == [True, True]
     assert fresh.details["cached"] == [False, False] and fresh.score == again.score == 40.0
+
+
+# -- hostile panel files (issue #30, item 16)
+
+
+def test_a_panel_file_nested_too_deeply_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    panel = tmp_path / "panel.json"
+    panel.write_text("[" * 100_000 + "]" * 100_000)
+    ex = Path(__file__).resolve().parents[1] / "examples"
+    argv = ["score", "--panel", str(panel), "--method", "vanilla", "--input", str(ex / "captions.jsonl"), "--images", str(ex / "images"), "--out", str(tmp_path / "o.jsonl"), "--quiet"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"--panel {panel}: not a JSON file (nested too deeply" in err and "internal error" not in err
+

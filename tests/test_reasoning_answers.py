@@ -77,7 +77,8 @@ def test_split_inline_template_opened_and_plain() -> None:
     assert (s.reasoning, s.answer.strip(), s.cut_off) == ("I think 0.2", "0.85", False)
     s = split_text("  \n<think>\nlong\n</think>\n\nScore: 7")
     assert (s.reasoning, s.answer.strip()) == ("long", "Score: 7")
-    s = split_text("the template opened it: 0.3 maybe</think>0.9")  # only the closing marker
+    # Only the closing marker: reasoning when the backend says the template opened it.
+    s = split_text("the template opened it: 0.3 maybe</think>0.9", opened=True)
     assert (s.reasoning, s.answer) == ("the template opened it: 0.3 maybe", "0.9")
     s = split_text("0.7")
     assert (s.reasoning, s.answer, s.answer_start) == (None, "0.7", 0)
@@ -142,7 +143,8 @@ def scripted(steps: list[TokenStep], *, text: str | None = None, **meta: Any) ->
 @pytest.mark.parametrize("method", ["fleur", "fleur-code"])
 def test_fleur_smooths_the_final_answers_digits(method: str, opened: bool) -> None:
     steps = thinking_steps(opened=opened)
-    r = Judge(method, scripted(steps)).score(CATS, "two cats on a bed")
+    # Without its own <think>, the reasoning was opened by the template: the backend says so.
+    r = Judge(method, scripted(steps, **({} if opened else {"reasoning_opened": True}))).score(CATS, "two cats on a bed")
     assert r.status == "ok", r.error
     assert r.raw_score == 0.85 and r.smoothed is True
     assert r.score == pytest.approx(official(FINAL_D1, FINAL_D2), abs=1e-12)

@@ -362,3 +362,31 @@ def test_readme_example_runs_as_printed() -> None:
     done = subprocess.run([sys.executable, "-c", code.group(1)], cwd=root, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(root / "src")})
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip() == expected.group(1)
+
+
+# ----------------------------------------------------------------------------- lone surrogates
+SURROGATE = "two cats \ud800 on a bed"  # a lone UTF-16 surrogate: no text (issue #30, item 20)
+
+
+def test_a_lone_surrogate_is_that_completions_none_with_its_cause(scripted: ScriptedBackend, caplog: pytest.LogCaptureFixture) -> None:
+    reward = make_reward("fleur", scripted)
+    with caplog.at_level(logging.WARNING, logger="capjudge.reward"):
+        out = trl_call(reward, ["two cats", SURROGATE, "a dog"], image=[str(CATS), str(CATS), str(DOG)])
+    assert out == [pytest.approx(0.9), None, pytest.approx(0.3)]
+    assert "the caption holds a lone surrogate" in caplog.text and "which is not text" in caplog.text
+
+
+@pytest.mark.hf
+@pytest.mark.slow
+def test_a_lone_surrogate_on_a_local_judge_fails_alone(tiny_llava_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """The tokenizer refused the whole batch ("TextEncodeInput must be Union..."): now the one
+    completion is None, named, and the others of its batch are scored."""
+    reward = make_reward("fleur", f"hf:{tiny_llava_dir}")
+    try:
+        with caplog.at_level(logging.WARNING, logger="capjudge.reward"):
+            out = trl_call(reward, ["two cats", SURROGATE, "a cat on a bed"], image=[str(CATS)] * 3)
+    finally:
+        reward.close()
+    assert out[1] is None and "lone surrogate" in caplog.text and "TextEncodeInput" not in caplog.text
+    alone = Judge("fleur", f"hf:{tiny_llava_dir}").score_many([Sample(CATS, "two cats"), Sample(CATS, "a cat on a bed")])
+    assert [out[0], out[2]] == [None if r.score is None else pytest.approx(r.score, abs=1e-5) for r in alone]

@@ -130,6 +130,15 @@ class JsonLine:
     complete: bool = True
 
 
+def load_json(text: str) -> Any:
+    """``json.loads(text)``, with a value nested too deeply for Python's reader (``[[[[...``, a
+    ``RecursionError``) raised as the :class:`json.JSONDecodeError` its callers already handle."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise json.JSONDecodeError("nested too deeply (arrays or objects within one another beyond Python's limit)", text, 0) from None
+
+
 def read_jsonl(path: str | Path) -> Iterator[JsonLine]:
     """capjudge's one JSONL reader: each non-blank line of ``path``, decoded and parsed on its own
     (a leading BOM dropped), as a :class:`JsonLine`. It never raises for a bad line: each caller
@@ -140,7 +149,7 @@ def read_jsonl(path: str | Path) -> Iterator[JsonLine]:
             yield JsonLine(line.number, line.text, error=line.error, complete=line.complete)
             continue
         try:
-            yield JsonLine(line.number, line.text, json.loads(line.text), complete=line.complete)
+            yield JsonLine(line.number, line.text, load_json(line.text), complete=line.complete)
         except json.JSONDecodeError as exc:
             yield JsonLine(line.number, line.text, error=exc.msg, json_error=exc, complete=line.complete)
 

@@ -49,25 +49,33 @@ class Usage:
 
 _warned_lock = threading.Lock()
 
+MAX_TOKEN_COUNT = 100_000_000
+"""The most tokens one call is believed to count (ten times the largest context window known): a
+larger report (``1e30``, which would cost 4e24 USD and make a budget meaningless) is no count."""
+
 
 def token_count(value: Any, name: str, warned: set[str] | None = None) -> int:
-    """A token count a server reported, or 0 when it is none: negative, not a whole number, or
-    not a number at all, said once per field as a warning (``warned`` holds the fields already
-    warned about: one set per run; none given, a fresh one each call). A count is never taken
-    below 0, so no cost is ever negative."""
+    """A token count a server reported, or 0 when it is none: negative, not a whole number, not a
+    number at all, or absurd (over :data:`MAX_TOKEN_COUNT`), said once per field as a warning
+    (``warned`` holds the fields already warned about: one set per run; none given, a fresh one
+    each call). A count is never taken below 0, so no cost is ever negative."""
     if value is None:
         return 0
-    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
-        return value
-    if isinstance(value, float) and value.is_integer() and value >= 0:
+    whole = (isinstance(value, int) and not isinstance(value, bool)) or (isinstance(value, float) and value.is_integer())
+    if whole and 0 <= value <= MAX_TOKEN_COUNT:
         return int(value)
+    why = f"more than one call can count (over {MAX_TOKEN_COUNT:,})" if whole and value > MAX_TOKEN_COUNT else "not a token count"
     seen = warned if warned is not None else set()
     with _warned_lock:
         first = name not in seen
         seen.add(name)
     if first:
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        log.warning("the server reported usage %s=%s, which is not a token count: ignored (counted as 0, so costs may be under-counted; said once)", name, shown)
+        try:
+            shown = repr(value)
+        except ValueError:  # an int past Python's digit limit for text
+            shown = "<a number of thousands of digits>"
+        shown = shown if len(shown) <= 40 else shown[:37] + "..."
+        log.warning("the server reported usage %s=%s, which is %s: ignored (counted as 0, so costs may be under-counted; said once)", name, shown, why)
     return 0
 
 

@@ -71,9 +71,11 @@ def load_assignments(path: str | Path) -> Assignments:
     """Read ``caparena_auto_600.json``. An entry the official code could not use (no
     ``ref_model`` among the baselines, no caption of it, no human caption) is named in
     :attr:`Assignments.bad` and left out; a file that is not a JSON object is an error."""
+    from capjudge.io import load_json
+
     p = Path(path)
     try:
-        data = json.loads(p.read_bytes().decode("utf-8"))
+        data = load_json(p.read_bytes().decode("utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ArenaInputError(f"--assignments {p}: cannot be read: {exc}") from None
     if not isinstance(data, dict):

@@ -26,6 +26,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from capjudge.rowtext import describe
+
 BASELINES: tuple[str, ...] = ("GPT-4o-0806", "CogVLM2-llama3-chat-19B", "MiniCPM-V2.6-8B")
 """CapArena-Auto's three baselines, in the order of the official leaderboard's columns."""
 
@@ -125,9 +127,12 @@ def score_model(model: str, entries: Sequence[Any], where: str = "") -> ModelSco
         missing = [key for key in READ_KEYS if key not in entry]
         if missing:
             raise CapArenaFileError(f"{at} (img {entry.get('img')!r}): missing key(s) {', '.join(missing)}")
+        wrong = [key for key in READ_KEYS if not isinstance(entry[key], str)]
+        if wrong:
+            raise CapArenaFileError(f"{at} (img {entry.get('img')!r}): field {wrong[0]!r} must be text, not {'null' if entry[wrong[0]] is None else describe(entry[wrong[0]])}")
         caption = entry["caption1"] if model == entry["source1"] else entry["caption2"]
         if not isinstance(caption, str):
-            raise CapArenaFileError(f"{at} (img {entry['img']!r}): the caption of {model!r} is not text")
+            raise CapArenaFileError(f"{at} (img {entry.get('img')!r}): the caption of {model!r} is not text")
         lengths.append(len(caption.split(" ")))
         if "judge" not in entry:
             unjudged += 1
@@ -138,7 +143,7 @@ def score_model(model: str, entries: Sequence[Any], where: str = "") -> ModelSco
             continue
         ref = entry["ref_model"]
         if ref not in score:
-            raise CapArenaFileError(f"{at} (img {entry['img']!r}): ref_model {ref!r} is not one of the baselines {', '.join(BASELINES)}")
+            raise CapArenaFileError(f"{at} (img {entry.get('img')!r}): ref_model {ref!r} is not one of the baselines {', '.join(BASELINES)}")
         score[ref][0] += 1
         if winner == "Tie":
             pass
@@ -163,6 +168,8 @@ def read_results(directory: str | Path, models: Sequence[str] | None = None) -> 
     each model's entries. A file that cannot be read or scored is an error of the board naming the
     file and the entry; the other models are scored. The assignments file
     (``caparena_auto_600.json``, a JSON object) is not a battle file and is passed over."""
+    from capjudge.io import load_json
+
     root = Path(directory)
     if not root.is_dir():
         raise CapArenaFileError(f"{root}: not a folder of CapArena battle files")
@@ -177,7 +184,7 @@ def read_results(directory: str | Path, models: Sequence[str] | None = None) -> 
     for path in paths:
         model = path.name[: -len(".json")]
         try:
-            data = json.loads(path.read_bytes().decode("utf-8-sig"))
+            data = load_json(path.read_bytes().decode("utf-8-sig"))
         except FileNotFoundError:
             errors.append(f"{path}: no battle file for model {model!r}")
             continue

@@ -7,6 +7,14 @@ is given, ``<text>`` when none matches; so a dry run of a method of several step
 verify) gets an answer of the right form at each step (examples/scripted_detailed.json). In Python,
 pass a function of the :class:`Request` that returns the answer text, a :class:`Completion`, or an
 exception to raise for that request only.
+
+A rules file is trusted like code (:data:`RULES_TRUST`): its patterns run with no time bound on
+request text that holds the captions, and a pattern of nested repetition (``(a+)+$``) backtracks
+for minutes on a 30-character caption. Python's ``re`` takes no time limit and cannot be stopped
+from another thread (the judges of a panel, a server's workers run in threads); matching in a
+child process per request would make this test backend slow and fragile; and no check can tell
+every catastrophic pattern apart (refusing the obvious ones would promise what it cannot keep).
+So none of these is done: the help and the docs say that a rules file is code.
 """
 
 from __future__ import annotations
@@ -24,6 +32,13 @@ from capjudge.backends.registry import BackendSpec
 from capjudge.errors import UsageError
 
 Responder = Callable[[Request], "str | Completion | BaseException"]
+
+RULES_TRUST = (
+    "a rules file is trusted like code: its patterns (Python regular expressions) are matched with no time bound against "
+    "the request text, captions included, and a pattern of nested repetition such as (a+)+$ can run for minutes on a "
+    "short caption; use only rules files you wrote or would run as a script"
+)
+"""What the help and the docs say of ``?rules=FILE`` (module doc: why there is no time bound)."""
 
 
 class ScriptedBackend(Backend):
@@ -69,7 +84,7 @@ class ScriptedBackend(Backend):
 
 def read_rules(path: str | Path) -> list[tuple[re.Pattern[str], str]]:
     """The ``[pattern, answer]`` rules of a JSON file (a usage error naming the file when it is
-    not such a list or a pattern does not compile)."""
+    not such a list or a pattern does not compile); trusted like code (:data:`RULES_TRUST`)."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
         if not isinstance(data, list) or not all(isinstance(r, list) and len(r) == 2 and all(isinstance(x, str) for x in r) for r in data):

@@ -12,6 +12,7 @@ import sys
 from typing import Any
 
 from capjudge.cli.html import add_html_option
+from capjudge.cli.terminal import visible
 
 # The `capjudge agree` parser's help texts.
 AGREE_PARSER: dict[str, Any] = dict(
@@ -51,16 +52,15 @@ def cmd_agree(args: argparse.Namespace) -> int:
     except (AgreeInputError, PreflightError) as exc:
         from capjudge.redact import scrub
 
-        print(f"capjudge: error: {scrub(str(exc))}", file=sys.stderr)
+        print(visible(f"capjudge: error: {scrub(str(exc))}"), file=sys.stderr)
         return 2
     if args.format == "json":
         print(json.dumps(report.to_dict(), ensure_ascii=False))
     else:
-        from rich.console import Console
-
+        from capjudge.cli.terminal import make_console
         from capjudge.metaeval.agree_report import render
 
-        render(report, Console(highlight=False))
+        render(report, make_console(highlight=False))
     if args.html:
         from capjudge.cli.html import command_line, emit
         from capjudge.metaeval.agree_page import agree_page

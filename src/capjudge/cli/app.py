@@ -51,11 +51,12 @@ def setup_logging(verbose: int) -> Callable[[], None]:
     """Send log records to stderr (warnings; -v info; -vv debug), every one of them scrubbed of
     secrets, whichever library logged it; returns the function that undoes it (``main`` may be
     called in-process, e.g. by tests)."""
+    from capjudge.cli.terminal import VisibleFormatter
     from capjudge.redact import install_scrubber
 
     root = logging.getLogger()
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(VisibleFormatter("%(levelname)s %(name)s: %(message)s"))  # data's control characters escaped
     install_scrubber(handler)
     level = root.level
     root.addHandler(handler)
@@ -69,10 +70,12 @@ def setup_logging(verbose: int) -> Callable[[], None]:
 
 
 def _error(prefix: str, exc: BaseException | str) -> None:
+    from capjudge.cli.terminal import visible
     from capjudge.redact import scrub
 
-    # Plain print: error messages hold paths that must not be wrapped.
-    print(f"capjudge: {prefix}: {scrub(str(exc))}", file=sys.stderr)
+    # Plain print: error messages hold paths that must not be wrapped; their control characters
+    # (a file named "\x1b[2J...") are escaped.
+    print(f"capjudge: {prefix}: {visible(scrub(str(exc)))}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

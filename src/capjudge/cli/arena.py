@@ -187,8 +187,9 @@ def _print_table(result: Any, usage: list[tuple[str, str]], seconds: float, args
 
     from capjudge.arena.formats import number as _f
     from capjudge.arena.formats import percent as _pct
+    from capjudge.cli.terminal import make_console
 
-    con = Console(highlight=False, width=max(Console().width, 110))
+    con = make_console(highlight=False, width=max(Console().width, 110))  # model names: data, escaped
     d = result.to_dict()
     lc = any("lc_win_rate" in e for e in d["leaderboard"])
     title = f"capjudge arena: {d['protocol']}" + (f" against {d['baseline']}" if d["baseline"] else "") + f", {d['method']} ({d['mode']})"

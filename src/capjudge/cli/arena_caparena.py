@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from capjudge.cli.terminal import visible
 from capjudge.errors import UsageError
 
 PROTOCOLS = ("baseline", "round-robin", "caparena-auto")
@@ -65,16 +66,16 @@ def cmd_results(args: argparse.Namespace) -> int:
         if view is not None and not args.quiet:
             _print_view(view.to_dict()["leaderboard"])
         for note in board.notes:
-            print(f"note: {note}")
+            print(f"note: {visible(note)}")
     for err in board.errors:
-        print(f"capjudge: error: {err}", file=sys.stderr)
+        print(f"capjudge: error: {visible(err)}", file=sys.stderr)
     return 2 if board.errors else 0
 
 
 def _official_lines(board: Any) -> list[str]:
     from capjudge.arena.caparena_files import table_lines
 
-    return table_lines(board)
+    return [visible(line, newlines=False) for line in table_lines(board)]  # model names are file names: data
 
 
 def _print_view(entries: list[dict[str, Any]]) -> None:
@@ -83,6 +84,7 @@ def _print_view(entries: list[dict[str, Any]]) -> None:
 
     from capjudge.arena.formats import number as _f
     from capjudge.arena.formats import percent as _pct
+    from capjudge.cli.terminal import make_console
 
     t = Table(title="capjudge view of the same battles (Bradley-Terry, Elo, 95% CI over images)")
     for col in ("#", "model", "BT [95% CI]", "win rate", "Elo", "battles", "W/L/T"):
@@ -90,7 +92,7 @@ def _print_view(entries: list[dict[str, Any]]) -> None:
     for e in entries:
         ci = e["ci"]
         t.add_row(str(e["rank"]), e["model"], f"{_f(e['bt'])} [{_f(ci[0])}, {_f(ci[1])}]", _pct(e["win_rate"]), _f(e["elo"]), str(e["battles"]), f"{e['wins']}/{e['losses']}/{e['ties']}")
-    Console(highlight=False, width=max(Console().width, 110)).print(t)
+    make_console(highlight=False, width=max(Console().width, 110)).print(t)
 
 
 # ---------------------------------------------------------------------------- --protocol caparena-auto
@@ -197,8 +199,8 @@ def cmd_auto(args: argparse.Namespace, print_table: Callable[..., None], as_resu
     else:
         print("\n".join(_official_lines(result.caparena)))
         for err in result.caparena.errors:
-            print(f"note: {err}")
-        print(f"CapArena battle files: {', '.join(result.files.values())}")
+            print(f"note: {visible(err)}")
+        print(visible(f"CapArena battle files: {', '.join(result.files.values())}"))
         print_table(result.arena, usage, time.perf_counter() - t0, args)
     if args.html:
         from capjudge.arena.report import arena_page

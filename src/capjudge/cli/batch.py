@@ -19,6 +19,7 @@ from typing import Any
 
 from capjudge.backends.openai.batch_control import SUBMITTED_MESSAGE as SUBMITTED_MESSAGE
 from capjudge.cli.aliases import add_format
+from capjudge.cli.terminal import visible
 from capjudge.errors import EXIT_OK, EXIT_PENDING, UsageError
 
 EXIT_SUBMITTED = EXIT_PENDING
@@ -82,7 +83,7 @@ def _say(quiet: bool) -> Callable[[str], None]:
 
     def say(message: str) -> None:
         if not quiet:
-            print(f"capjudge: {scrub(message)}", file=sys.stderr)
+            print(visible(f"capjudge: {scrub(message)}"), file=sys.stderr)
 
     return say
 
@@ -133,7 +134,7 @@ def pending_exit(session: Any, outcome: str) -> int:
 
     if outcome == "exported":
         return EXIT_OK
-    print(f"capjudge: {pending_message(session)}", file=sys.stderr)
+    print(visible(f"capjudge: {pending_message(session)}"), file=sys.stderr)
     return EXIT_SUBMITTED
 
 
@@ -193,17 +194,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     if args.format == "json":
         print(json.dumps({"state": str(state.path), "jobs": [asdict(j) for j in state.jobs], "stats": asdict(state.stats)}))
         return 0
-    print(f"batch run of {args.out} ({state.path}), backend {state.backend}")
+    print(visible(f"batch run of {args.out} ({state.path}), backend {state.backend}"))
     for job in state.jobs:
         c = job.counts
         done = f"{c.get('completed', 0)} done, {c.get('failed', 0)} failed of {c.get('total', job.lines)}" if c else f"{job.lines} requests"
         errs = f"  [{'; '.join(job.errors)}]" if job.errors else ""
-        print(f"  round {job.round}  {job.batch_id or '(not created)'}  {job.status:<11} {done}{errs}")
+        print(visible(f"  round {job.round}  {job.batch_id or '(not created)'}  {job.status:<11} {done}{errs}"))
     waiting = [j for j in state.in_flight if j.status not in TERMINAL]
     if waiting:
-        print(f"{len(waiting)} batch(es) in progress; `capjudge batch collect {args.out}` (or the same command) collects them when they end")
+        print(visible(f"{len(waiting)} batch(es) in progress; `capjudge batch collect {args.out}` (or the same command) collects them when they end"))
     else:
-        print(f"nothing in progress; `capjudge batch collect {args.out}` (or the same command) collects and writes the results")
+        print(visible(f"nothing in progress; `capjudge batch collect {args.out}` (or the same command) collects and writes the results"))
     return 0
 
 
@@ -231,5 +232,5 @@ def cmd_cancel(args: argparse.Namespace) -> int:
     finally:
         provider.close()
         backend.close()
-    print(f"capjudge: asked the provider to cancel {cancelled} batch(es); the next run of the same command collects what they answered and asks the rest again")
+    print(visible(f"capjudge: asked the provider to cancel {cancelled} batch(es); the next run of the same command collects what they answered and asks the rest again"))
     return 0

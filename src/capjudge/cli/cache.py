@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.cli.aliases import add_format
+from capjudge.cli.terminal import visible
 
 
 def _human(n: int) -> str:
@@ -24,7 +25,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     directory = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     if not directory.exists():
-        print(f"cache {directory}: empty (no directory)")
+        print(visible(f"cache {directory}: empty (no directory)"))
         return 0
     stats = ResponseCache(directory).stats()
     if args.format == "json":
@@ -32,7 +33,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
         print(json.dumps(stats))
     else:
-        print(f"cache {stats['directory']}: {stats['entries']} entries, {_human(stats['size_bytes'])} on disk")
+        print(visible(f"cache {stats['directory']}: {stats['entries']} entries, {_human(stats['size_bytes'])} on disk"))
     return 0
 
 
@@ -42,10 +43,10 @@ def cmd_clear(args: argparse.Namespace) -> int:
 
     directory = Path(args.cache_dir) if args.cache_dir else default_cache_dir()
     if not directory.exists():
-        print(f"cache {directory}: nothing to clear")
+        print(visible(f"cache {directory}: nothing to clear"))
         return 0
     removed = ResponseCache(directory).clear()
-    print(f"cache {directory}: removed {removed} entries")
+    print(visible(f"cache {directory}: removed {removed} entries"))
     return 0
 
 

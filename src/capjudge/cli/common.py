@@ -51,10 +51,11 @@ EXAMPLES_HELP = """examples (from the repository's root; scripted: needs no mode
 
 
 def console(stderr: bool = True) -> Any:
-    """A rich console on stderr (or stdout), no highlighting."""
-    from rich.console import Console
+    """A rich console on stderr (or stdout), no highlighting; the control characters of what it
+    prints are escaped (:mod:`capjudge.cli.terminal`)."""
+    from capjudge.cli.terminal import make_console
 
-    return Console(stderr=stderr, highlight=False)
+    return make_console(stderr=stderr, highlight=False)
 
 
 def parse_options(items: Sequence[str] | None, flag: str = "--backend-opt") -> dict[str, Any]:
@@ -342,7 +343,11 @@ def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None,
     and ``--method`` are optional, and the command resolves the method with
     :func:`capjudge.cli.serve.command_method`). ``backend_required=False``: the command checks
     ``--backend`` itself (``arena --caparena-results`` needs none)."""
-    backend_help = "backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o"
+    backend_help = (
+        "backend spec, e.g. hf:llava-hf/llava-1.5-7b-hf, llamacpp:m.gguf?mmproj=p.gguf, openai:gpt-4o, "
+        "scripted:TEXT[?rules=FILE] (no model; FILE: [pattern, answer] regex rules, trusted like code: a pattern "
+        "such as (a+)+$ can run for minutes on a caption)"
+    )
     if panel:
         add_backend_option(p, backend_help)
     else:
@@ -409,13 +414,14 @@ def summary_table(title: str, rows: list[tuple[str, str]]) -> Any:
     """The run's summary table (values scrubbed of secrets)."""
     from rich.table import Table
 
+    from capjudge.cli.terminal import visible
     from capjudge.redact import scrub
 
     table = Table(title=title, show_header=False)
     table.add_column("what")
     table.add_column("value", justify="right")
     for k, v in rows:
-        table.add_row(k, scrub(v))
+        table.add_row(visible(k, newlines=False), visible(scrub(v), newlines=False))  # printed by any console
     return table
 
 
@@ -430,14 +436,15 @@ def bad_row_result(row: Any, method: Any, judge: Any) -> Any:
 def finish(tally: Any) -> int:
     """Print the run's loud warnings and backend-failure message (also with --quiet) and choose
     the exit code: 3 when samples failed for backend reasons, else 0."""
+    from capjudge.cli.terminal import visible
     from capjudge.redact import scrub
 
     for warning in tally.warnings():
-        print(f"capjudge: {warning}", file=sys.stderr)
+        print(f"capjudge: {visible(warning)}", file=sys.stderr)
     message = tally.backend_failure_message()
     if message is None:
         return EXIT_OK
-    print(f"capjudge: {scrub(message)}", file=sys.stderr)
+    print(f"capjudge: {visible(scrub(message))}", file=sys.stderr)
     return EXIT_BACKEND
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.cli.aliases import add_alias
+from capjudge.cli.terminal import visible
 
 HTML_HELP = "also write a self-contained HTML report here (sortable sample table with thumbnails, plots)"
 
@@ -57,10 +58,10 @@ def emit(path: str | None, build: Callable[[], Any], *, quiet: bool = False) -> 
     except (OSError, ValueError) as exc:
         from capjudge.redact import scrub
 
-        print(f"capjudge: error: the HTML report {path!r} could not be written: {scrub(str(exc))}", file=sys.stderr)
+        print(visible(f"capjudge: error: the HTML report {path!r} could not be written: {scrub(str(exc))}"), file=sys.stderr)
         return
     if not quiet:
-        print(f"HTML report written to {path}", file=sys.stderr)
+        print(visible(f"HTML report written to {path}"), file=sys.stderr)
 
 
 
@@ -124,5 +125,5 @@ def cmd_html(args: argparse.Namespace) -> int:
         raise UsageError(f"--agree: {exc}") from None
     out = write_html(page, args.html)
     n = sum(len(t.rows) for s in page.sections for t in s.tables)
-    print(f"HTML report written to {out} ({n} rows, {len(page.thumbs.css_classes())} thumbnails, {out.stat().st_size / 1024:.0f} KB)", file=sys.stderr)
+    print(visible(f"HTML report written to {out} ({n} rows, {len(page.thumbs.css_classes())} thumbnails, {out.stat().st_size / 1024:.0f} KB)"), file=sys.stderr)
     return 0

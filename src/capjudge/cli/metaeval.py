@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from capjudge.cli.html import add_html_option
+from capjudge.cli.terminal import visible
 
 # Only light modules at the top: building the parser (`capjudge --help`) must not import numpy or
 # scipy; the handlers import the statistics when they run.
@@ -99,7 +100,7 @@ def _err(msg: str) -> int:
     meta-eval commands return it, so that they can be called without the app."""
     from capjudge.redact import scrub
 
-    print(f"capjudge: error: {scrub(msg)}", file=sys.stderr)
+    print(visible(f"capjudge: error: {scrub(msg)}"), file=sys.stderr)
     return 2
 
 
@@ -238,7 +239,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     except BackendError as exc:  # the backend could not start: exit 1, as `capjudge score`
         from capjudge.redact import scrub
 
-        print(f"capjudge: backend error: {scrub(str(exc))}", file=sys.stderr)
+        print(visible(f"capjudge: backend error: {scrub(str(exc))}"), file=sys.stderr)
         return 1
     except ValueError as exc:  # unknown method or backend, bad option values: a usage error
         return _err(f"cannot build the judge: {exc}")
@@ -252,17 +253,17 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     try:
         if kind == "pairwise":
             pairs = bench.pair_inputs(images)
-            print(f"{bench.name}: comparing {len(pairs)} pairs with {args.method} on {shown_backend}", file=sys.stderr)
+            print(visible(f"{bench.name}: comparing {len(pairs)} pairs with {args.method} on {shown_backend}"), file=sys.stderr)
             _write_results(out, _tallied(progress(judge.compare_many(pairs), len(pairs), "pairs", args.quiet), tally))
         else:
             samples = bench.samples(images)
-            print(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {shown_backend}", file=sys.stderr)
+            print(visible(f"{bench.name}: scoring {len(samples)} samples with {args.method} on {shown_backend}"), file=sys.stderr)
             _write_results(out, _tallied(progress(judge.score_many(samples), len(samples), "samples", args.quiet), tally))
     finally:
         close = getattr(judge, "close", None)
         if callable(close):
             close()
-    print(f"results written to {out}", file=sys.stderr)
+    print(visible(f"results written to {out}"), file=sys.stderr)
     from capjudge.metaeval.join import load_results
     from capjudge.metaeval.protocols import evaluate
 
@@ -309,7 +310,7 @@ def cmd_report(args: argparse.Namespace) -> int:
         print(format_comparison(evals, names))
         for label, ev in zip(labels, evals, strict=True):
             for note in ev.notes:
-                print(f"note [{label}]: {note}")
+                print(visible(f"note [{label}]: {note}"))
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
         from capjudge.outguard import MARKDOWN_MARKER

@@ -77,11 +77,12 @@ def _masked(spec: str) -> str:
 
 
 def _load_file(path: str) -> tuple[list[Any], dict[str, Any]]:
+    from capjudge.io import load_json
     from capjudge.preflight import check_input
 
     check_input(path, "--panel")
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        data = load_json(Path(path).read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise UsageError(f"--panel {path}: not a JSON file ({exc})") from None
     if isinstance(data, list):

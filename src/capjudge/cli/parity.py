@@ -163,9 +163,10 @@ def _num(v: Any, fmt: str = "{:.3g}") -> str:
 
 
 def _print(r: Any, labels: tuple[str, str]) -> None:
-    from rich.console import Console
     from rich.markup import escape
     from rich.table import Table
+
+    from capjudge.cli.terminal import make_console
 
     t = Table(title=f"parity: {r.method}", show_header=False)
     t.add_column("what")
@@ -188,7 +189,7 @@ def _print(r: Any, labels: tuple[str, str]) -> None:
         rows.append(("prompts", "not compared (a backend cannot show its prompt tokens)"))
     for k, v in rows:
         t.add_row(k, v)
-    con = Console()
+    con = make_console()
     con.print(t)
     d = r.first_token_diff
     if d is not None:

@@ -20,6 +20,7 @@ from capjudge.cli.common import (
     preflight,
 )
 from capjudge.cli.html import add_html_option
+from capjudge.cli.terminal import visible
 from capjudge.errors import EXIT_OK, UsageError
 
 # Only light modules at the top (perturbations is the standard library only): building the parser
@@ -133,7 +134,7 @@ def _print_report(fmt: str, text: str, data: dict[str, Any]) -> None:
 
         out.print(Markdown(text))
     else:
-        print(text)
+        print(visible(text))
 
 
 def _kinds(text: str) -> list[str]:

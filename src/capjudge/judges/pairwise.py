@@ -351,7 +351,7 @@ class _DualRun:
         thought = not (f1.plain and f2.plain)
         more: dict[str, Any] = {}
         if thought:
-            for key in ("reasoning", "reasoning_tokens"):
+            for key in ("reasoning", "reasoning_tokens", "answer_cut"):
                 both = [reasoning_details(f).get(key) for f in (f1, f2)]
                 if any(v is not None for v in both):
                     more[key] = both
@@ -429,7 +429,7 @@ class _SingleRun(_DualRun):
         f = final_answer(out)
         more: dict[str, Any] = {"shown_first": first}
         if not f.plain:
-            more.update({k: v for k, v in reasoning_details(f).items() if k in ("reasoning", "reasoning_tokens")})
+            more.update({k: v for k, v in reasoning_details(f).items() if k in ("reasoning", "reasoning_tokens", "answer_cut")})
         retried = list((out.meta or {}).get("format_retries") or [])
         if retried:  # answers of a bad format, asked again (a method's format tries)
             more["format_retries"] = [retried]

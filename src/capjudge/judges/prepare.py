@@ -16,6 +16,7 @@ from capjudge.errors import SampleFailure
 from capjudge.images import ImageError, ImageLimits, LoadedImage, load_image
 from capjudge.imagesources import LOCAL_SOURCES, ImageSources
 from capjudge.prompts.registry import Method
+from capjudge.rowtext import surrogate_field
 from capjudge.types import Sample, image_label
 
 
@@ -97,6 +98,12 @@ def prepare(index: int, sample: Sample | dict[str, Any], method: Method, load: L
         return prep
     if method.needs_references and not [r for r in sample.references if str(r).strip()]:
         prep.error = f"{where}: method {method.name!r} needs reference captions and the sample has none"
+        return prep
+    bad = surrogate_field({"caption": sample.caption, "references": [r for r in sample.references if isinstance(r, str)]})
+    if bad is not None:
+        # A lone UTF-16 surrogate ("\ud800") is no text: a tokenizer refuses the whole batch
+        # ("TextEncodeInput must be Union[...]"), a server the request; this sample alone fails.
+        prep.error = f"{where}: the {bad} holds a lone surrogate (a character from U+D800 to U+DFFF, half of a UTF-16 pair), which is not text: no tokenizer or server can read it"
         return prep
     if not method.needs_image:
         return prep  # a text-only method (CAPability): the image is never read

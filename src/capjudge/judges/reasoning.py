@@ -3,8 +3,10 @@ its final answer, on every backend.
 
 The reasoning comes inline (``<think>...</think>`` or the model's own markers, named by
 ``Completion.meta["reasoning_markers"]``; a chat template that opened ``<think>`` leaves only the
-closing marker, and the backend says so with ``meta["reasoning_opened"]``, so that an answer
-without the closing marker is a reasoning cut off; :mod:`capjudge.parsing.reasoning`) or in a separate field of an OpenAI-protocol
+closing marker, and the backend says so with ``meta["reasoning_opened"]``: only then is the text
+before a bare closing marker reasoning (else it is answer text: a quoted caption may hold
+``</think> 100``), and an answer without the closing marker a reasoning cut off;
+:mod:`capjudge.parsing.reasoning`) or in a separate field of an OpenAI-protocol
 server (``message.reasoning_content`` / ``message.reasoning``, carried by the backend as
 ``Completion.meta["reasoning"]``). Scores and verdicts are read from the final answer only (its
 last ``\\boxed{...}`` when it has one), and FLEUR's digit smoothing from the token steps after the
@@ -31,6 +33,13 @@ ends with :data:`TRUNCATED` and ``details.reasoning_chars`` gives its full lengt
 
 TRUNCATED = " [...]"
 
+MAX_ANSWER_CHARS = 262_144
+"""An answer longer than this (about 65,000 tokens: past any method's budget with the default
+thinking budget) is cut to its first :data:`MAX_ANSWER_CHARS` characters, and its token steps to
+those within them, before anything reads it; the record says so in ``details.answer_cut``
+(``{"chars": full length, "kept": MAX_ANSWER_CHARS}``). Every reader is linear in the answer, so
+the bound only keeps a runaway or hostile answer's reading (and record) small."""
+
 META_KEYS = ("reasoning", "reasoning_markers", "reasoning_opened")
 """``Completion.meta`` keys read here (not repeated in ``details.backend_meta``)."""
 
@@ -52,11 +61,13 @@ class FinalAnswer:
     cut_off: bool = False
     markers: tuple[str, str] = DEFAULT_MARKERS
     steps_note: str | None = None
+    answer_chars: int | None = None
+    """The full length of an answer cut to :data:`MAX_ANSWER_CHARS` (``None``: not cut)."""
 
     @property
     def plain(self) -> bool:
-        """No reasoning and no ``\\boxed{}``: the answer is read as it came."""
-        return self.reasoning is None and not self.cut_off and self.completion.text == self.raw
+        """No reasoning, no ``\\boxed{}``, not cut: the answer is read as it came."""
+        return self.reasoning is None and not self.cut_off and self.completion.text == self.raw and self.answer_chars is None
 
 
 def _decoded(steps: list[TokenStep]) -> tuple[str, list[int]]:
@@ -70,11 +81,12 @@ def _decoded(steps: list[TokenStep]) -> tuple[str, list[int]]:
     return "".join(parts), owner
 
 
-def _answer_steps(steps: list[TokenStep], markers: tuple[str, str], answer: str, box: bool) -> tuple[list[TokenStep], int, str | None]:
+def _answer_steps(steps: list[TokenStep], markers: tuple[str, str], answer: str, box: bool, opened: bool) -> tuple[list[TokenStep], int, str | None]:
     """The steps of the final answer (its ``\\boxed{}`` content when ``box``), how many steps the
-    reasoning took, and why the steps could not be matched (then no steps)."""
+    reasoning took, and why the steps could not be matched (then no steps); ``opened``: the
+    template opened the reasoning (the steps start inside it)."""
     text, owner = _decoded(steps)
-    split = split_text(text, markers)
+    split = split_text(text, markers, opened=opened)
     skipped = 0
     start = 0
     if split.reasoning is not None and not split.cut_off:
@@ -101,8 +113,29 @@ def _answer_steps(steps: list[TokenStep], markers: tuple[str, str], answer: str,
     return list(steps[skipped:]), skipped, None
 
 
+def bounded(out: Completion) -> Completion:
+    """``out`` cut to its first :data:`MAX_ANSWER_CHARS` characters and the token steps within
+    them (``out`` itself when it is not longer)."""
+    if len(out.text) <= MAX_ANSWER_CHARS:
+        return out
+    steps: list[TokenStep] = []
+    length = 0
+    for step in out.steps or []:
+        length += len(step.token)
+        if length > MAX_ANSWER_CHARS:
+            break
+        steps.append(step)
+    cut = dataclasses.replace(out, text=out.text[:MAX_ANSWER_CHARS], steps=steps)
+    cut.steps_checked = out.steps_checked
+    return cut
+
+
 def final_answer(out: Completion) -> FinalAnswer:
-    """``out`` split into its reasoning and its final answer (module doc)."""
+    """``out`` split into its reasoning and its final answer (module doc), cut first when it is
+    longer than :data:`MAX_ANSWER_CHARS`."""
+    full = len(out.text)
+    out = bounded(out)
+    chars = full if len(out.text) < full else None
     meta = out.meta or {}
     markers = markers_of(meta.get("reasoning_markers"))
     separate = meta.get("reasoning") if isinstance(meta.get("reasoning"), str) else None
@@ -116,12 +149,12 @@ def final_answer(out: Completion) -> FinalAnswer:
     span = boxed(answer)
     read = answer[span[0] : span[1]] if span is not None else answer
     if reasoning is None and span is None:
-        return FinalAnswer(completion=out, raw=out.text, markers=markers)
+        return FinalAnswer(completion=out, raw=out.text, markers=markers, answer_chars=chars)
     steps: list[TokenStep] = []
     skipped = 0
     note = None
     if out.steps and not cut_off:
-        steps, skipped, note = _answer_steps(out.steps, markers, answer, span is not None)
+        steps, skipped, note = _answer_steps(out.steps, markers, answer, span is not None, opened)
     elif out.steps:
         skipped = len(out.steps)
     count: int | None = None
@@ -130,15 +163,18 @@ def final_answer(out: Completion) -> FinalAnswer:
         count = usage or skipped or None
     completion = dataclasses.replace(out, text=read, steps=steps)
     completion.steps_checked = out.steps_checked
-    return FinalAnswer(completion=completion, raw=answer, reasoning=reasoning, reasoning_tokens=count, cut_off=cut_off, markers=markers, steps_note=note)
+    return FinalAnswer(completion=completion, raw=answer, reasoning=reasoning, reasoning_tokens=count, cut_off=cut_off, markers=markers, steps_note=note, answer_chars=chars)
 
 
 def reasoning_details(fa: FinalAnswer) -> dict[str, Any]:
     """What a record says of the reasoning: ``reasoning`` (at most :data:`REASONING_CHARS`
     characters; ``reasoning_chars`` when cut), ``reasoning_tokens`` (the API's count, else the
     token steps it took, when known), ``answer_steps`` (why the token probabilities were not used),
-    ``boxed`` (the score was read from the final answer's ``\\boxed{}``)."""
+    ``boxed`` (the score was read from the final answer's ``\\boxed{}``), ``answer_cut`` (the
+    answer was cut to :data:`MAX_ANSWER_CHARS` before reading)."""
     details: dict[str, Any] = {}
+    if fa.answer_chars is not None:
+        details["answer_cut"] = {"chars": fa.answer_chars, "kept": MAX_ANSWER_CHARS}
     if fa.reasoning is not None:
         text = fa.reasoning
         if len(text) > REASONING_CHARS:
@@ -171,4 +207,4 @@ def answer_text(out: Completion) -> str:
     return "" if fa.cut_off else fa.completion.text
 
 
-__all__ = ["META_KEYS", "REASONING_CHARS", "TRUNCATED", "FinalAnswer", "answer_text", "cut_off_message", "final_answer", "reasoning_details"]
+__all__ = ["MAX_ANSWER_CHARS", "META_KEYS", "REASONING_CHARS", "TRUNCATED", "FinalAnswer", "answer_text", "bounded", "cut_off_message", "final_answer", "reasoning_details"]

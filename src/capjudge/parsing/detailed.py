@@ -14,8 +14,8 @@ from typing import Literal
 Verdict = Literal["A", "B", "tie"]
 
 # CapArena vlm_as_a_judge.py: the answer is accepted when both groups are non-empty; the judgment
-# then counts only as one of these strings (cal_agreement skips any other judgment).
-_REASON = re.compile(r"Reason:\s*(.+?)\s*Judgment:", re.DOTALL)
+# then counts only as one of these strings (cal_agreement skips any other judgment). Its reason
+# pattern, r"Reason:\s*(.+?)\s*Judgment:" (DOTALL), is read by _reason in linear time.
 _JUDGMENT = re.compile(r"Judgment:\s*(.+)")
 CAPARENA_JUDGMENTS: dict[str, Verdict] = {
     "Caption 1 is better.": "A",
@@ -43,15 +43,33 @@ class CapArenaAnswer:
 def caparena_answer(text: object) -> CapArenaAnswer:
     """Read an answer as CapArena's ``mllm_judge_pairs`` and ``cal_agreement`` read it."""
     s = text if isinstance(text, str) else ""
-    rm = _REASON.search(s)
     jm = _JUDGMENT.search(s)
-    reason = rm.group(1).strip() if rm else None
+    reason = _reason(s)
     judgment = jm.group(1).strip() if jm else None
     if not (reason and judgment):
         return CapArenaAnswer(False, reason, judgment, None, "no 'Reason: ... Judgment: ...' answer")
     verdict = CAPARENA_JUDGMENTS.get(judgment)
     problem = None if verdict is not None else f"judgment {judgment[:60]!r} is not 'Caption 1 is better', 'Caption 2 is better' or 'Tie' (CapArena's agreement skips it)"
     return CapArenaAnswer(True, reason, judgment, verdict, problem)
+
+
+def _reason(s: str) -> str | None:
+    """The stripped group of CapArena's ``Reason:\\s*(.+?)\\s*Judgment:`` (DOTALL) in ``s``, found
+    without the regex, whose backtracking is quadratic in a long run of spaces or of ``Reason:``
+    without a ``Judgment:``. Only the first ``Reason:`` can match: a later one has no
+    ``Judgment:`` after it when the first has none at least one character after its spaces."""
+    at = s.find("Reason:")
+    if at < 0:
+        return None
+    after = at + len("Reason:")
+    tail = s[after:]
+    start = after + len(tail) - len(tail.lstrip())  # past \s* (str.isspace is re's \s)
+    end = s.find("Judgment:", start + 1)  # (.+?) holds at least one character
+    if end >= 0:
+        return s[start:end].strip()
+    if start > after and s.startswith("Judgment:", start):
+        return ""  # "Reason:  Judgment:": \s* gives back a space for (.+?), which strips to nothing
+    return None
 
 
 def capmas_propositions(text: str) -> list[str] | None:

@@ -86,8 +86,11 @@ _WEAK_NEG_RE = re.compile(
 )
 _NEGATION_RE = re.compile(r"\b(?:not|n't|never|no)\b[ \t]+(?:\w+[ \t]+)?$", re.IGNORECASE)
 _THAN_RE = re.compile(r"\bthan\b", re.IGNORECASE)
+# A run of spaces is only tried from its start ((?<![ \t])): from every space of it, each retry
+# rescans the rest of the run (quadratic in a long one); a match from inside it would need the same
+# word at its end, so the splits are the same.
 _CLAUSE_SPLIT_RE = re.compile(
-    r"(?<=[.!?])\s+|\n+|;|,?[ \t]+(?:but|while|whereas|however|although|though|yet|because|since|"
+    r"(?<=[.!?])\s+|\n+|;|,?(?<![ \t])[ \t]+(?:but|while|whereas|however|although|though|yet|because|since|"
     r"as[ \t]+it|which|so|therefore|thus|hence)\b,?|,[ \t]+and\b",
     re.IGNORECASE,
 )
@@ -114,8 +117,8 @@ _BARE_LABEL_RE = re.compile(
 # response is better"; unwrapped they read as any label (MT-Bench's [[1]] keeps its double brackets).
 _SINGLE_BRACKET_RE = re.compile(r"(?<!\[)\[[ \t]{0,2}(1|2|first|second)[ \t]{0,2}\](?!\])", re.IGNORECASE)
 _STRIP_CHARS = " \t\r\n\"'`[](){}<>.,;:!?#-_"
-_LEADING_END_RE = re.compile(
-    r"[.,;!?\n(]|[ \t]+(?:because|since|as[ \t]+it|as[ \t]+the|-|\u2013|\u2014)\b|[ \t]+[\u2013\u2014-][ \t]",
+_LEADING_END_RE = re.compile(  # runs of spaces tried from their start, as _CLAUSE_SPLIT_RE
+    r"[.,;!?\n(]|(?<![ \t])[ \t]+(?:because|since|as[ \t]+it|as[ \t]+the|-|\u2013|\u2014)\b|(?<![ \t])[ \t]+[\u2013\u2014-][ \t]",
     re.IGNORECASE,
 )
 
