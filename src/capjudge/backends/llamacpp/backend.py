@@ -69,7 +69,7 @@ from capjudge.backends.llamacpp.mtmd_prompt import Chunk, MtmdPrompt
 from capjudge.backends.llamacpp.sampling import first_stop, image_group_key, sample
 from capjudge.backends.llamacpp.specials import ControlText
 from capjudge.backends.llava_prompt import render_llava_v1
-from capjudge.backends.options import as_bool, as_int, check_known
+from capjudge.backends.options import OptionError, as_bool, as_int, check_known
 from capjudge.backends.thinking import OPTIONS as THINKING_OPTIONS
 from capjudge.backends.thinking import Plan, Thinking, plan
 from capjudge.backends.thinking import parse as parse_thinking
@@ -537,6 +537,16 @@ def lazy_from_spec(spec: Any, **options: Any) -> Backend:
     return LazyBackend(lambda: LlamaCppBackend(spec.target, o["mmproj"], spec=raw, **kwargs), kind=LlamaCppBackend.kind, spec=shown, model=model_path.stem, identity=ident)
 
 
+_LEAST = {"n_ctx": (0, "0 or more tokens (0: the default)"), "n_threads": (1, "1 or more"), "n_batch": (0, "1 or more tokens (0: the default)"), "n_gpu_layers": (-1, "-1 (all) or more")}
+
+
+def _check_counts(out: dict[str, Any]) -> None:
+    """The numeric options of ``llamacpp:`` in range (an option error naming the option)."""
+    for name, (least, what) in _LEAST.items():
+        if out.get(name) is not None and out[name] < least:
+            raise OptionError(f"llamacpp option {name}={out[name]!r}: {what}")
+
+
 def check_options(spec: Any, **options: Any) -> dict[str, Any]:
     """The options of ``llamacpp:`` converted and checked without loading anything: names,
     numbers, yes/no values, and the model and projector files, which must exist. Returns the
@@ -558,6 +568,9 @@ def check_options(spec: Any, **options: Any) -> dict[str, Any]:
     }
     thinking = parse_thinking(options)
     out.update(thinking=thinking.mode, thinking_budget=thinking.budget, reasoning_markers=thinking.markers)
+    _check_counts(out)
+    if out["chat_template"] is not None and not Path(str(out["chat_template"])).expanduser().is_file():
+        raise FileNotFoundError(f"llamacpp option chat_template={str(out['chat_template'])!r}: no such file (a Jinja chat template file)")
     if out["prompt_format"] not in PROMPT_FORMATS:
         raise BackendError(f"llamacpp option prompt_format={out['prompt_format']!r}: use one of {', '.join(PROMPT_FORMATS)}")
     check_gguf(Path(spec.target).expanduser(), "model")
