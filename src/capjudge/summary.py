@@ -17,7 +17,7 @@ from capjudge.redact import stable
 
 TOP_CAUSES = 3
 """How many failure causes the end of a run names."""
-CAUSE_CHARS = 300
+CAUSE_CHARS = 400
 """A failure cause named at the end of a run is cut (at a word, with an ellipsis) to this length."""
 
 _SAMPLE_PREFIX = re.compile(r"^(?:sample|pair) [^:]*: (?:backend error: )?")
