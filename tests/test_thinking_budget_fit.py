@@ -114,3 +114,23 @@ def test_a_budget_that_does_not_fit_is_named_and_a_rerun_with_another_asks_again
     assert "2 error record(s) that did not fit the token budget were made with other options: asked again" in said
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert [r["status"] for r in records] == ["ok", "ok"]
+
+
+# ------------------------------------------------------------------ llama.cpp: n_ctx 2048 default
+@pytest.mark.llamacpp
+@pytest.mark.slow
+def test_llamacpp_fits_the_default_budget_to_n_ctx_and_names_a_budget_that_does_not_fit(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    from capjudge import Judge, load_backend
+    from capjudge.testing.tiny_gguf_qwen import build_tiny_thinking_gguf
+
+    model, mmproj = build_tiny_thinking_gguf(tmp_path)
+    spec = f"llamacpp:{model}?mmproj={mmproj}"
+    fitted = load_backend(spec)  # n_ctx 2048 by default: 4096 + the answer never fitted
+    assert fitted.identity()["thinking_budget_fitted"] == 1024  # the answers change with n_ctx: so does the cache key
+    r = Judge("fleur", fitted).score(CATS, "a cat")
+    assert r.ok, r.error
+    assert "thinking_budget_fitted" not in load_backend(spec, n_ctx=16384).identity()  # room enough: identity unchanged
+    too_big = Judge("fleur", load_backend(spec, thinking_budget=4096)).score(CATS, "a cat")
+    assert too_big.error is not None and "lower the thinking budget of 4096 tokens (--thinking-budget N" in too_big.error
+    assert too_big.details["context"]["thinking_budget"] == 4096
