@@ -253,3 +253,11 @@ def test_html_without_images_says_how_to_get_thumbnails(tmp_path: Path, capsys: 
     assert "0 thumbnails" in err and "give --images DIR" in err
     assert main(["html", str(tmp_path / "out.jsonl"), "--out", str(tmp_path / "r.html"), "--images", str(IMAGES)]) == 0
     assert "no thumbnails" not in capsys.readouterr().err
+
+
+def test_demo_shows_progress_and_formats_its_numbers(tmp_path: Path, capsys: Any) -> None:
+    assert main(["demo", "--backend", "scripted:0.5126389313633795", "--out-dir", str(tmp_path / "demo")]) == 0
+    out = capsys.readouterr().out
+    for label in ("fleur: scoring", "visce2: scoring", "ref-fleur: scoring", "gpt4v-pairwise: comparing", "fleur: grading pairs"):
+        assert re.search(re.escape(label) + r".*\b(\d+)/\1\b", out), (label, out)
+    assert "score 0.5126, why:" in out  # as the summary table shows scores, not 0.5126389313633795

@@ -9,10 +9,13 @@ pairwise comparison, explanations, error records) on a machine with no model and
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from capjudge.parsing.text import shorten
+
+T = TypeVar("T")
 
 _TINY_WARNING = (
     "NO REAL MODEL GIVEN: this demo runs a TINY RANDOM-WEIGHT LLaVA built offline.\n"
@@ -52,7 +55,6 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
     """Run the demo; returns the exit code."""
     from rich.console import Console
     from rich.panel import Panel
-    from rich.progress import track
     from rich.table import Table
 
     from capjudge.backends.registry import load_backend
@@ -84,7 +86,7 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
         summary.add_column(col, overflow="fold")
     for method in ("fleur", "visce2", "ref-fleur"):
         judge = Judge(method, model, images_root=ex / "images", cache_dir=cache_dir)
-        results = list(track(judge.score_many(samples), total=len(samples), description=f"{method}: scoring", console=con))
+        results = list(_counted(con, judge.score_many(samples), len(samples), f"{method}: scoring"))
         write_results(out_dir / f"{method}.jsonl", results)
         for r in results:
             how = "smoothed" if r.smoothed else ("raw" if r.ok else "-")
@@ -92,9 +94,9 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
     con.print(summary)
 
     judge = Judge("gpt4v-pairwise", model, images_root=ex / "images", cache_dir=cache_dir)
-    pair_results = list(track(judge.compare_many(pairs), total=len(pairs), description="gpt4v-pairwise: comparing", console=con))
+    pair_results = list(_counted(con, judge.compare_many(pairs), len(pairs), "gpt4v-pairwise: comparing"))
     fleur = Judge("fleur", model, images_root=ex / "images", cache_dir=cache_dir)
-    graded = list(track(fleur.compare_many(pairs, mode="grading"), total=len(pairs), description="fleur: grading pairs", console=con))
+    graded = list(_counted(con, fleur.compare_many(pairs, mode="grading"), len(pairs), "fleur: grading pairs"))
     # One file per comparison mode: both use the pairs' ids, and one results file holds one run.
     write_results(out_dir / "pairs.jsonl", pair_results)
     write_results(out_dir / "pairs-grading.jsonl", graded)
@@ -117,6 +119,14 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
         con.print("[bold yellow]Reminder: tiny random model, meaningless scores. See README for real-model commands.[/bold yellow]")
     model.close()
     return 0
+
+
+def _counted(con: Any, items: Iterable[T], total: int, label: str) -> Iterator[T]:
+    """``items`` with a progress bar (label, bar, done/total, elapsed) on ``con``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=con) as bar:
+        yield from bar.track(items, total=total, description=label)
 
 
 def _write_report(out_dir: Path, names: list[str], images: Path) -> Path:
