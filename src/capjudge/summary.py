@@ -170,4 +170,3 @@ class RunTally:
             f"{self.resumable} sample(s) failed for backend reasons ({self.main_cause}). Their records have "
             'status "error"; re-run the same command to resume.'
         )
-

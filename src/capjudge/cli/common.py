@@ -19,8 +19,8 @@ from capjudge.errors import EXIT_ALL_FAILED, EXIT_BACKEND, EXIT_OK, UsageError
 T = TypeVar("T")
 
 EXIT_CODES_HELP = """exit codes (score, compare, arena, explain, run-benchmark):
-  0    the run completed; samples that failed on their own (a corrupt image, an
-       answer with no score) are error records in the results file
+  0    the run completed and at least one sample succeeded; samples that failed
+       on their own (a corrupt image, an answer with no score) are error records
   1    the backend could not start (model not loadable, missing credentials)
   2    usage error (unknown method or backend, bad option, missing input or image
        folder, missing columns, an input with no rows or an id twice,
