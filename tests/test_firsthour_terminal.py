@@ -90,6 +90,7 @@ def test_explain_of_a_missing_image_exits_non_zero(capsys: Any) -> None:
         ("hf:{tiny}", "device=gpu:0", "device='gpu:0'"),
         ("hf:{tiny}", "dtype=float17", "dtype='float17'"),
         ("hf:{tiny}", "batch_size=0", "batch_size=0"),
+        ("hf:{tiny}", "attn_implementation=bogus", "attn_implementation='bogus'"),
         ("openai:gpt-4o", "timeout=0", "timeout=0"),
         ("openai:gpt-4o", "max_retries=-1", "max_retries=-1"),
         ("openai:gpt-4o", "max_top_logprobs=-3", "max_top_logprobs=-3"),

@@ -452,6 +452,7 @@ class HFBackend(Backend):
 
 _DTYPES = ("auto", "float16", "half", "bfloat16", "float32", "float", "float64", "double")
 _DEVICE = re.compile(r"^(auto|(cpu|cuda|mps|xpu|npu|hpu|mtia|xla|meta)(:\d+)?)$")
+_ATTN = re.compile(r"^(paged\|)?(eager|sdpa|flash_attention_[23]|flex_attention|[\w.-]+/[\w.:-]+)$")
 _LOCAL = ("/", "./", "../", "~", ".\\")
 
 
@@ -483,6 +484,9 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     dtype = options.get("dtype")
     if dtype is not None and str(dtype) not in _DTYPES:
         raise OptionError(f"option dtype={dtype!r} is not one of {', '.join(_DTYPES)}")
+    attn = options.get("attn_implementation")
+    if attn not in (None, "") and not _ATTN.match(str(attn)):
+        raise OptionError(f"option attn_implementation={attn!r} is not eager, sdpa, flash_attention_2, flash_attention_3, flex_attention (or paged|..., or a kernels-hub repo org/name)")
     device = options.get("device")
     if device is not None and not _DEVICE.match(str(device)):
         raise OptionError(f"option device={device!r} is not a device (auto, cpu, cuda, cuda:1, mps, ...)")
