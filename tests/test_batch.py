@@ -28,6 +28,7 @@ from capjudge.backends.openai.batch import (
 )
 from capjudge.cli import EXIT_BACKEND, EXIT_OK, EXIT_USAGE, main
 from capjudge.cli.batch import EXIT_SUBMITTED, SUBMITTED_MESSAGE
+from capjudge.errors import EXIT_ALL_FAILED
 from capjudge.usage import BATCH_DISCOUNT, PriceTable
 from openai_fake_server import Received, running_server
 
@@ -400,7 +401,7 @@ def test_requests_larger_than_a_batch_go_online_or_fail(tmp_path: Path) -> None:
         assert all(r["status"] == "ok" for r in read(out))
         out = tmp_path / "errors.jsonl"
         argv = command(server, inp, out, tmp_path / "cache2", "--batch", "--batch-max-bytes", "1024")
-        assert main(argv) == EXIT_OK
+        assert main(argv) == EXIT_ALL_FAILED  # every line failed: no sample succeeded
         assert not server.batches and chat_calls(server) == 2
         assert all(r["status"] == "error" and "more than one batch may hold" in r["error"] for r in read(out))
 
@@ -456,10 +457,10 @@ def test_a_request_that_cannot_be_built_gets_the_online_error(tmp_path: Path) ->
         online, batch = tmp_path / "online.jsonl", tmp_path / "batch.jsonl"
         argv = command(server, inp, online, tmp_path / "c1", "--no-cache")
         argv[argv.index("--backend") + 1] = f"openai-compatible:{server.base_url}#gpt-4"
-        assert main(argv) == EXIT_OK
+        assert main(argv) == EXIT_ALL_FAILED  # every request failed: no sample succeeded
         argv = command(server, inp, batch, tmp_path / "c2", "--batch")
         argv[argv.index("--backend") + 1] = f"openai-compatible:{server.base_url}#gpt-4"
-        assert main(argv) == EXIT_OK
+        assert main(argv) == EXIT_ALL_FAILED
         assert server.count == 0 and not server.batches
     assert [r["error"] for r in read(batch)] == [r["error"] for r in read(online)]
     assert all("reads no images" in r["error"] and r["details"]["resumable"] is False for r in read(batch))

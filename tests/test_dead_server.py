@@ -18,6 +18,7 @@ import pytest
 from capjudge.backends.faults import BackendGone, CircuitBreaker, is_resumable
 from capjudge.backends.openai.retry import APIRequestError
 from capjudge.cli import EXIT_BACKEND, EXIT_CODES_HELP, build_parser, main
+from capjudge.errors import EXIT_ALL_FAILED
 from capjudge.usage import BudgetExceeded
 from openai_fake_server import running_server
 
@@ -178,7 +179,7 @@ def test_base_url_without_v1_gets_a_hint(tmp_path: Path) -> None:
         rc = main(["score", "--method", "vanilla", "--backend", f"openai-compatible:{base}#m", "--images", str(IMAGES),
                    "--input", str(inp), "--out", str(tmp_path / "o.jsonl"), "--no-cache", "--quiet"])
     (rec,) = read_jsonl(tmp_path / "o.jsonl")
-    assert rc == 0  # a 404 is the request's own failure, not retried
+    assert rc == EXIT_ALL_FAILED  # a 404 is the request's own failure, not retried (none succeeded: 6, not 3)
     assert "HTTP 404" in rec["error"] and f"did you mean {base}/v1?" in rec["error"]
 
 

@@ -30,6 +30,7 @@ from capjudge import Judge, Sample, get_method
 from capjudge.backends.base import Completion, TokenStep
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
+from capjudge.errors import EXIT_ALL_FAILED
 from capjudge.judges.expected import expected_score, printed_by_rules
 from capjudge.parsing import parse_score_details
 from capjudge.prompts.registry import MethodOptionError
@@ -80,10 +81,10 @@ def records(path: Path) -> list[dict[str, Any]]:
     return [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
 
 
-def run_score(srv: Any, tmp_path: Path, method: str, *extra: str) -> list[dict[str, Any]]:
+def run_score(srv: Any, tmp_path: Path, method: str, *extra: str, code: int = 0) -> list[dict[str, Any]]:
     out = tmp_path / f"{method}.jsonl"
     argv = ["score", "--method", method, "--backend", f"openai-compatible:{srv.base_url}#judge", "--images", str(EXAMPLES / "images"), "--input", str(EXAMPLES / "captions.jsonl"), "--out", str(out), "--no-cache", "--quiet", *extra]
-    assert main(argv) == 0
+    assert main(argv) == code
     return records(out)
 
 
@@ -179,7 +180,7 @@ def test_no_log_probabilities_is_an_error_or_a_sampling_estimate(tmp_path: Path)
         return Reply(body=chat_body(sampled[k % len(sampled)]))
 
     with running_server(responder=respond) as srv:
-        res = run_score(srv, tmp_path, "vanilla", "--method-option", "score=expected")
+        res = run_score(srv, tmp_path, "vanilla", "--method-option", "score=expected", code=EXIT_ALL_FAILED)
         assert res and all(r["status"] == "error" and r["score"] is None for r in res)
         assert all("score=expected" in r["error"] and "estimate_by_sampling" in r["error"] and "score=plain" in r["error"] for r in res)
         est = run_score(srv, tmp_path / "est", "vanilla", "--method-option", "score=expected", "--backend-opt", "estimate_by_sampling=4") if (tmp_path / "est").mkdir() is None else []

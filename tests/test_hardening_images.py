@@ -31,6 +31,7 @@ from capjudge import Judge, Sample
 from capjudge.backends.base import Capabilities
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
+from capjudge.errors import EXIT_ALL_FAILED
 from capjudge.images import ImageError, ImageLimits, download, load_image
 from capjudge.judges import scoring
 from capjudge.judges.dispatch import WindowExecutor
@@ -345,7 +346,7 @@ def test_compare_refuses_a_pair_whose_image_leaves_the_folder(tmp_path: Path, la
 
 def test_explain_refuses_an_image_outside_the_folder(tmp_path: Path, layout: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
     rc = main(["explain", "--backend", "scripted:0.7", "--images", str(layout["images"]), "--image", "../secret.png", "--caption", "red", "--json", "--no-cache"])
-    assert rc == 0
+    assert rc == EXIT_ALL_FAILED  # its one sample failed
     record = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert record["status"] == "error" and "outside the images folder" in record["error"]
     rc = main(["explain", "--backend", "scripted:0.7", "--images", str(layout["images"]), "--image", "../secret.png", "--caption", "red", "--json", "--no-cache", "--allow-outside-images"])

@@ -29,6 +29,7 @@ from capjudge.backends.base import (
 from capjudge.backends.registry import load_backend
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
+from capjudge.errors import EXIT_ALL_FAILED
 from capjudge.judges.invariants import checked_score, pair_problem
 from capjudge.judges.judge import Judge
 from capjudge.types import Sample
@@ -83,7 +84,7 @@ def test_fleur_bad_logprob_is_an_error_record_naming_value_and_token(tmp_path: P
     with running_server(responder=answering("0.85", tokens=fleur_tokens(bad))) as srv:
         rc, records = score_cli(tmp_path, srv.base_url, "fleur")
         asked = srv.count
-    assert rc == 0
+    assert rc == EXIT_ALL_FAILED
     assert len(records) == 6 and asked == 6  # not retried: the answer came, it is bad
     for r in records:
         assert r["status"] == "error" and r["score"] is None, r
@@ -106,7 +107,7 @@ def test_fleur_alternatives_adding_up_to_more_than_one_are_refused(tmp_path: Pat
     tokens = [("0", -0.01, [("0", -0.01)]), (".", 0.0, [(".", 0.0)]), ("8", 0.0, every_digit)]
     with running_server(responder=answering("0.8", tokens=tokens)) as srv:
         rc, records = score_cli(tmp_path, srv.base_url, "fleur")
-    assert rc == 0 and all(r["status"] == "error" for r in records)
+    assert rc == EXIT_ALL_FAILED and all(r["status"] == "error" for r in records)
     assert all("add up to 10 (> 1) at token 3 '8'" in r["error"] for r in records), records[0]["error"]
 
 
@@ -123,7 +124,7 @@ def test_score_methods_refuse_an_answer_with_bad_logprobs(tmp_path: Path, method
     tokens = [("Score", -0.1, []), (":", -0.1, []), (" 80", 7.5, [])]
     with running_server(responder=answering("Score: 80", tokens=tokens)) as srv:
         rc, records = score_cli(tmp_path, srv.base_url, method)
-    assert rc == 0
+    assert rc == EXIT_ALL_FAILED
     assert all(r["status"] == "error" and "log-probability 7.5 (> 0) at token 3 ' 80'" in r["error"] for r in records), records[0]
     with running_server(responder=answering("Score: 80", tokens=[("Score", -0.1, []), (":", -0.1, []), (" 80", -0.2, [])])) as srv:
         rc, records = score_cli(tmp_path, srv.base_url, method)
@@ -134,7 +135,7 @@ def test_pairwise_method_refuses_an_answer_with_bad_logprobs(tmp_path: Path) -> 
     tokens = [("Answer", -0.1, []), (" 1", float("nan"), [])]
     with running_server(responder=answering("Answer 1", tokens=tokens)) as srv:
         rc, records = score_cli(tmp_path, srv.base_url, "gpt4v-pairwise", command="compare", inp=PAIRS)
-    assert rc == 0 and len(records) == 2
+    assert rc == EXIT_ALL_FAILED and len(records) == 2
     for r in records:
         assert r["status"] == "error" and r["verdict"] is None
         assert "log-probability NaN (not a number) at token 2 ' 1'" in r["error"], r["error"]
@@ -144,7 +145,7 @@ def test_comparison_by_grading_refuses_bad_logprobs(tmp_path: Path) -> None:
     # Today both captions get a "score" of ~1e21 and the pair is an ok tie.
     with running_server(responder=answering("0.85", tokens=fleur_tokens(50.0))) as srv:
         rc, records = score_cli(tmp_path, srv.base_url, "fleur", "--mode", "grading", command="compare", inp=PAIRS)
-    assert rc == 0 and len(records) == 2
+    assert rc == EXIT_ALL_FAILED and len(records) == 2
     for r in records:
         assert r["status"] == "error" and r["verdict"] is None
         assert "log-probability 50.0 (> 0)" in r["error"], r["error"]

@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 
 from capjudge.cli import main
+from capjudge.errors import EXIT_ALL_FAILED
 from openai_fake_server import Received, Reply, default_responder, running_server
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -149,13 +150,13 @@ def test_retry_errors_asks_again_bypassing_cached_answers(tmp_path: Path, capsys
     with running_server(responder=respond) as srv:
         args = [*score_args(srv.base_url, inp, out, "--cache-dir", str(tmp_path / "cache"))]
         args.remove("--quiet")
-        assert main(args) == 0 and srv.count == 3
+        assert main(args) == EXIT_ALL_FAILED and srv.count == 3  # every sample failed: exit 6
         assert all(r["status"] == "error" and "came from the response cache" not in r["error"] for r in read_jsonl(out))
         capsys.readouterr()
         state["fixed"] = True
-        assert main(args) == 0 and srv.count == 3  # resumed: the error records are kept
+        assert main(args) == EXIT_ALL_FAILED and srv.count == 3  # resumed: the error records are kept
         assert "--retry-errors" in capsys.readouterr().out
-        assert main([*args, "--overwrite"]) == 0 and srv.count == 3  # started over: answers replayed
+        assert main([*args, "--overwrite"]) == EXIT_ALL_FAILED and srv.count == 3  # started over: answers replayed
         assert all("came from the response cache" in r["error"] for r in read_jsonl(out))
         assert main([*args, "--retry-errors"]) == 0 and srv.count == 6  # asked again, cache bypassed
         assert all(r["status"] == "ok" and not r["details"]["cached"] for r in read_jsonl(out))

@@ -9,8 +9,13 @@ pairwise comparison, explanations, error records) on a machine with no model and
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+from capjudge.parsing.text import shorten
+
+T = TypeVar("T")
 
 _TINY_WARNING = (
     "NO REAL MODEL GIVEN: this demo runs a TINY RANDOM-WEIGHT LLaVA built offline.\n"
@@ -56,7 +61,8 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
     tiny = backend is None
     if tiny:
         con.print(Panel(_TINY_WARNING, title="capjudge demo", style="bold yellow"))
-        backend = f"hf:{_ensure_tiny_model()}"
+        with con.status("building the tiny random model (once; seconds)"):
+            backend = f"hf:{_ensure_tiny_model()}"
     out_dir.mkdir(parents=True, exist_ok=True)
     samples: list[Any] = [s for s in read_samples(ex / "captions.jsonl") if isinstance(s, dict)]
     # One sample that cannot work, to show the error record: an image that is not there.
@@ -64,24 +70,25 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
     pairs = [p for p in read_pairs(ex / "pairs.jsonl") if isinstance(p, dict)]
     assert backend is not None
     con.print(f"backend: {backend}")
-    model = load_backend(backend)
+    with con.status(f"loading {backend}"):
+        model = load_backend(backend)
 
     summary = Table(title="capjudge demo results" + ("  (TINY RANDOM MODEL: MEANINGLESS SCORES)" if tiny else ""))
     for col in ("method", "image", "caption", "score", "how", "status"):
         summary.add_column(col, overflow="fold")
     for method in ("fleur", "visce2", "ref-fleur"):
         judge = Judge(method, model, images_root=ex / "images", cache_dir=cache_dir)
-        results = list(judge.score_many(samples))
+        results = list(_counted(con, judge.score_many(samples), len(samples), f"{method}: scoring"))
         write_results(out_dir / f"{method}.jsonl", results)
         for r in results:
             how = "smoothed" if r.smoothed else ("raw" if r.ok else "-")
-            summary.add_row(method, Path(r.image).name, r.caption[:48], f"{r.score:.4f}" if r.score is not None else "-", how, r.status if r.ok else f"error: {r.error}")
+            summary.add_row(method, Path(r.image).name, shorten(r.caption, 48), f"{r.score:.4f}" if r.score is not None else "-", how, r.status if r.ok else f"error: {r.error}")
     con.print(summary)
 
     judge = Judge("gpt4v-pairwise", model, images_root=ex / "images", cache_dir=cache_dir)
-    pair_results = list(judge.compare_many(pairs))
+    pair_results = list(_counted(con, judge.compare_many(pairs), len(pairs), "gpt4v-pairwise: comparing"))
     fleur = Judge("fleur", model, images_root=ex / "images", cache_dir=cache_dir)
-    graded = list(fleur.compare_many(pairs, mode="grading"))
+    graded = list(_counted(con, fleur.compare_many(pairs, mode="grading"), len(pairs), "fleur: grading pairs"))
     # One file per comparison mode: both use the pairs' ids, and one results file holds one run.
     write_results(out_dir / "pairs.jsonl", pair_results)
     write_results(out_dir / "pairs-grading.jsonl", graded)
@@ -93,8 +100,10 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
         table.add_row(str(pr.id), pr.mode, str(pr.verdict), detail, pr.status if pr.ok else f"error: {pr.error}")
     con.print(table)
 
-    explained = fleur.explain(samples[0])
-    con.print(f"[bold]explain[/bold] {samples[0]['caption']!r}: score {explained.score}, why: {explained.explanation!r}")
+    with con.status("fleur: asking the judge why (explain)"):
+        explained = fleur.explain(samples[0])
+    score = f"{explained.score:.4f}" if explained.score is not None else "-"
+    con.print(f"[bold]explain[/bold] {samples[0]['caption']!r}: score {score}, why: {explained.explanation!r}")
     names = ["fleur.jsonl", "visce2.jsonl", "ref-fleur.jsonl", "pairs.jsonl", "pairs-grading.jsonl"]
     report = _write_report(out_dir, names, ex / "images")
     con.print(f"results written to {out_dir}/ ({', '.join(names)}); report: {report}")
@@ -102,6 +111,14 @@ def run_demo(backend: str | None = None, out_dir: Path = Path("out/demo"), cache
         con.print("[bold yellow]Reminder: tiny random model, meaningless scores. See docs/cli.md for real-model commands.[/bold yellow]")
     model.close()
     return 0
+
+
+def _counted(con: Any, items: Iterable[T], total: int, label: str) -> Iterator[T]:
+    """``items`` with a progress bar (label, bar, done/total, elapsed) on ``con``."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=con) as bar:
+        yield from bar.track(items, total=total, description=label)
 
 
 def _write_report(out_dir: Path, names: list[str], images: Path) -> Path:

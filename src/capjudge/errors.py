@@ -29,6 +29,10 @@ EXIT_PENDING = 4
 """``--batch``: batches submitted or still in progress."""
 EXIT_DIFFER = 5
 """``parity --tolerance``: the two backends differ beyond the tolerance."""
+EXIT_ALL_FAILED = 6
+"""The run completed but not one sample succeeded: every record is an error (their causes are
+printed). Exit 3 takes precedence when a failure is for backend reasons (re-running resumes), and
+4 (``--batch``: batches pending) ends a run before any record is tallied."""
 EXIT_INTERRUPTED = 130
 """Interrupted; results written so far are kept."""
 

@@ -8,6 +8,11 @@ order when the run ends, and the starting point of a re-run.
 - A re-run with the same ``--out`` keeps the records already there (:func:`plan_resume`) and asks
   only for the rest, with or without the response cache: rows with no record, and rows whose error
   record says the backend failed (``details.resumable``: server gone, retries exhausted, budget).
+- An error record of a failure that other options may cure (a prompt over the model's context, a
+  reasoning cut off by the token budget: :data:`capjudge.types.BUDGET_FAILURES`) carries
+  ``details.options_digest``, a digest of the run's options that change an answer
+  (:func:`capjudge.runner.options_digest`); a re-run whose digest differs asks it again
+  (``ResumePlan.changed``), one with the same options keeps it (``ResumePlan.kept_budget``).
 - A record that says ``ok`` but breaks what an ``ok`` record holds (a null, NaN or out-of-scale
   score, a pair with no valid verdict: :func:`capjudge.recordcheck.record_problem`; written by an
   older capjudge) is not kept: it is asked again, bypassing cached answers, as ``--retry-errors``
@@ -32,7 +37,7 @@ from capjudge.errors import UsageError
 from capjudge.io import iter_jsonl, write_atomically
 from capjudge.recordcheck import record_problem
 from capjudge.redact import scrub_record
-from capjudge.types import PairResult, ScoreResult
+from capjudge.types import BUDGET_FAILURES, PairResult, ScoreResult
 
 Key = tuple[Any, ...]
 
@@ -62,7 +67,9 @@ class ResumePlan:
     ``dropped``: error records that match no input row (a row since fixed or removed);
     ``unmatched``: ok records that match no input row, when the caller keeps them
     (``plan_resume(..., unmatched="keep")``); ``invalid``: position -> why, for records that
-    said ``ok`` without a valid score or verdict (also in ``retry``: asked again).
+    said ``ok`` without a valid score or verdict (also in ``retry``: asked again); ``changed``:
+    budget failures (:func:`budget_failure`) made with other options, asked again;
+    ``kept_budget``: budget failures kept (made with this run's options).
     """
 
     kept: dict[int, dict[str, Any]] = field(default_factory=dict)
@@ -70,11 +77,32 @@ class ResumePlan:
     dropped: int = 0
     unmatched: list[dict[str, Any]] = field(default_factory=list)
     invalid: dict[int, str] = field(default_factory=dict)
+    changed: int = 0
+    kept_budget: int = 0
 
     @property
     def kept_errors(self) -> int:
         """Error records kept as they are (``--retry-errors`` asks them again)."""
         return sum(1 for r in self.kept.values() if r.get("status") != "ok")
+
+
+OPTIONS_DIGEST = "options_digest"
+"""``details`` key of a budget failure's record: the digest of the options it was made with."""
+
+
+def budget_failure(details: Mapping[str, Any] | None) -> bool:
+    """Whether an error record's ``details`` say it failed for the token budget, which other
+    options may cure (:data:`capjudge.types.BUDGET_FAILURES`)."""
+    return bool(details) and any((details or {}).get(key) for key in BUDGET_FAILURES)
+
+
+def stamp_options(result: Any, digest: str) -> None:
+    """Write ``digest`` (the run's options) into the ``details`` of ``result`` (a record object or
+    dict) when it is a budget failure, so that a re-run with other options asks it again."""
+    details = result.get("details") if isinstance(result, dict) else getattr(result, "details", None)
+    ok = (result.get("status") if isinstance(result, dict) else getattr(result, "status", "ok")) == "ok"
+    if not ok and isinstance(details, dict) and budget_failure(details):
+        details[OPTIONS_DIGEST] = digest
 
 
 def read_records(path: str | Path) -> list[dict[str, Any]]:
@@ -91,6 +119,7 @@ def plan_resume(
     retry_errors: bool = False,
     unmatched: Literal["refuse", "keep"] = "refuse",
     options: Mapping[str, Any] | None = None,
+    digest: str | None = None,
 ) -> ResumePlan:
     """Match the records of ``path`` to ``rows`` (``None`` for unreadable rows, always redone).
 
@@ -99,7 +128,8 @@ def plan_resume(
     row, unless ``unmatched="keep"`` (``capjudge arena``: battles of a smaller plan stay in the
     file, in ``ResumePlan.unmatched``). ``options``: the method options of this run (score records
     carry theirs in ``details.method_options``); an ok record made with others is a conflict too.
-    Nothing to resume when the file does not exist or is empty.
+    ``digest``: this run's :func:`capjudge.runner.options_digest`; a budget failure made with
+    another is asked again. Nothing to resume when the file does not exist or is empty.
     """
     plan = ResumePlan()
     p = Path(path)
@@ -140,8 +170,11 @@ def plan_resume(
             plan.kept[pos] = rec
         elif retry_errors:
             plan.retry.add(pos)
+        elif budget_failure(rec.get("details")) and digest is not None and (rec.get("details") or {}).get(OPTIONS_DIGEST) != digest:
+            plan.changed += 1  # the prompt did not fit, or the reasoning was cut: this run's options may cure it
         elif not (rec.get("details") or {}).get("resumable"):
             plan.kept[pos] = rec
+            plan.kept_budget += budget_failure(rec.get("details"))
         # else: a backend failure (server gone, retries exhausted, budget spent): asked again
     leftovers = [r for recs in by_key.values() for r in recs]
     scored = [r for r in leftovers if r.get("status") == "ok"]

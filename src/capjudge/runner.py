@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from capjudge.io import BadRow
-from capjudge.outfile import ResultsFile, ResumePlan, plan_resume
+from capjudge.outfile import ResultsFile, ResumePlan, plan_resume, stamp_options
 
 Stream = Callable[[list[Any]], Iterator[tuple[int, Any]]]
 """Judges a list of rows: yields ``(index in the list, record)`` as answers arrive."""
@@ -45,13 +45,33 @@ def resume_plan(
     retry_errors: bool = False,
     unmatched: Literal["refuse", "keep"] = "refuse",
     options: Mapping[str, Any] | None = None,
+    digest: str | None = None,
 ) -> ResumePlan:
     """What is kept from ``out`` (nothing with ``overwrite``). Raises
     :class:`~capjudge.outfile.ResumeConflict` when ``out`` was written by another run (other
-    ``run`` fields, or, given ``options``, other method options)."""
+    ``run`` fields, or, given ``options``, other method options). ``digest``
+    (:func:`options_digest`): budget failures made with other options are asked again."""
     if overwrite:
         return ResumePlan()
-    return plan_resume(out, [None if isinstance(r, BadRow) else r for r in rows], key, run, retry_errors=retry_errors, unmatched=unmatched, options=options)
+    return plan_resume(out, [None if isinstance(r, BadRow) else r for r in rows], key, run, retry_errors=retry_errors, unmatched=unmatched, options=options, digest=digest)
+
+
+def options_digest(judge: Any) -> str | None:
+    """A digest of what a change of options may change in a judge's answers: its backend's
+    identity (the cache key's: the model and its settings, a thinking budget given), its
+    ``max_new_tokens`` and its method's options. ``None`` when the judge cannot say (a server's
+    judge through ``--remote``, a panel)."""
+    import hashlib
+    import json
+
+    try:
+        identity = judge.backend.identity()
+    except Exception:  # noqa: BLE001 - no identity: no digest, budget failures kept as they are
+        return None
+    if not isinstance(identity, dict) or getattr(judge, "members", None) is not None:
+        return None
+    what = {"backend": identity, "max_new_tokens": getattr(judge, "max_new_tokens", None), "method_options": dict(getattr(judge.method, "options", {}) or {})}
+    return hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
 def split_rows(rows: Sequence[Any], plan: ResumePlan) -> Todo:
@@ -89,11 +109,13 @@ def run_rows(
     bad_row: Callable[[Any], Any] | None = None,
     progress: Progress | None = None,
     extra: Sequence[dict[str, Any]] = (),
+    digest: str | None = None,
 ) -> Iterator[tuple[int, Any]]:
     """Judge the rows ``plan`` does not keep and write each record to ``out`` as it completes
     (none written without ``out``); yields ``(input position, record)`` for every new record.
     ``extra`` records (of ``out``, outside this run's rows) are kept after the rows. The file
-    ends in input order whatever happens."""
+    ends in input order whatever happens. ``digest`` (:func:`options_digest`) goes into every
+    budget failure's record (:func:`capjudge.outfile.stamp_options`)."""
     todo = split_rows(rows, plan)
     asked = ask(backend, rows, todo, stream, bad_row)
     # The bar counts answers as they arrive (records kept from out are already done).
@@ -102,6 +124,8 @@ def run_rows(
     sink = ResultsFile(out, kept) if out is not None else None
     try:
         for pos, res in items:
+            if digest is not None:
+                stamp_options(res, digest)
             if sink is not None:
                 sink.write(pos + 1, res)
             yield pos, res

@@ -12,7 +12,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from capjudge.parsing.text import shorten
 from capjudge.redact import stable
+
+TOP_CAUSES = 3
+"""How many failure causes the end of a run names."""
+CAUSE_CHARS = 400
+"""A failure cause named at the end of a run is cut (at a word, with an ellipsis) to this length."""
 
 _SAMPLE_PREFIX = re.compile(r"^(?:sample|pair) [^:]*: (?:backend error: )?")
 NO_LOGPROBS = "no token probabilities"  # in details.smoothing when the backend gave none
@@ -40,6 +46,8 @@ class RunTally:
     verdicts: Counter[str] = field(default_factory=Counter)
     resumable: int = 0
     causes: Counter[str] = field(default_factory=Counter)
+    # every failure's cause (the sample's name taken off), resumable or not: what the user reads first
+    failure_causes: Counter[str] = field(default_factory=Counter)
     two_order: list[tuple[str | None, list[Any]]] = field(default_factory=list)
     # measure -> [hits, total] over ok records with details.counts (CapMAS: micro precision / recall;
     # CLAIR: the scores over the captions the code does not skip)
@@ -57,9 +65,11 @@ class RunTally:
         self.cached += all(cached) if isinstance(cached, list) and cached else bool(cached)
         if not result.ok:
             self.failed += 1
+            cause = _SAMPLE_PREFIX.sub("", stable(result.error or "unknown cause"))
+            self.failure_causes[cause] += 1
             if details.get("resumable"):
                 self.resumable += 1
-                self.causes[_SAMPLE_PREFIX.sub("", stable(result.error or "unknown cause"))] += 1
+                self.causes[cause] += 1
             return
         self.ok += 1
         verdict = getattr(result, "verdict", None)
@@ -104,6 +114,28 @@ class RunTally:
     def main_cause(self) -> str | None:
         """The most common cause among the failures a re-run may cure."""
         return self.causes.most_common(1)[0][0] if self.causes else None
+
+    @property
+    def none_ok(self) -> bool:
+        """Records were written and not one of them is ok: nothing of the run can be used."""
+        return self.failed > 0 and self.ok == 0
+
+    def top_causes(self, n: int = TOP_CAUSES) -> list[str]:
+        """The ``n`` most common failure causes, each as ``"4x cause"`` (as the HTML report lists
+        them), cut to :data:`CAUSE_CHARS` characters."""
+        return [f"{count}x {shorten(text, CAUSE_CHARS)}" for text, count in self.failure_causes.most_common(n)]
+
+    def failure_message(self) -> str | None:
+        """What the end of a run says of its failed samples: how many, and why (the most common
+        causes); ``None`` when none failed."""
+        if not self.failed:
+            return None
+        lines = [f"{self.failed} of {self.ok + self.failed} sample(s) failed (their records have status \"error\"); most common causes:"]
+        lines += [f"  {cause}" for cause in self.top_causes()]
+        more = len(self.failure_causes) - TOP_CAUSES
+        if more > 0:
+            lines.append(f"  ... and {more} other cause(s): see the records' \"error\"")
+        return "\n".join(lines)
 
     def score_rows(self) -> list[tuple[str, str]]:
         """Summary rows of a scoring run."""

@@ -24,6 +24,12 @@ ImageInput = Union[str, Path, bytes, "PILImage.Image"]
 Status = Literal["ok", "error"]
 Verdict = Literal["A", "B", "tie"]
 
+REASONING_CUT_OFF = "reasoning_cut_off"
+"""``details`` key (true) of the error record of a reasoning that the token budget cut off."""
+BUDGET_FAILURES = ("context", REASONING_CUT_OFF)
+"""``details`` keys of error records that other options may cure: a prompt and answer budget over
+the model's context (``details.context``: the counts), a reasoning cut off by the budget."""
+
 
 @dataclass(frozen=True)
 class Sample:

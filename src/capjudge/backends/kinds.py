@@ -27,7 +27,10 @@ class BackendKind:
     needed); ``key_variable``: the environment variable its API key is read from when none is named
     (``None``: no key unless asked); ``text_as_text``: it tokenizes prompts itself and reads message
     text spelling a special token as plain text (the cache key marks such requests); ``url_target``:
-    the spec's target is ``base_url#model`` (credentials are taken out of the URL as it is parsed).
+    the spec's target is ``base_url#model`` (credentials are taken out of the URL as it is parsed);
+    ``text_options``: the target is free text (``scripted:``), percent-decoded (``%3F`` is ``?``),
+    and a ``?`` starts the spec's options only when every ``key=value`` after it names one of
+    these options (``None``: the target is a name, and its first ``?`` starts the options).
     """
 
     name: str
@@ -41,6 +44,7 @@ class BackendKind:
     key_variable: str | None = None
     text_as_text: bool = False
     url_target: bool = False
+    text_options: tuple[str, ...] | None = None
 
     @property
     def presets(self) -> bool:
@@ -68,7 +72,7 @@ BUILTIN: tuple[BackendKind, ...] = (
     BackendKind("openai", _OPENAI, _OPENAI_CLASS, api=True, batch=True, key_variable="OPENAI_API_KEY"),
     BackendKind("azure", _OPENAI, _OPENAI_CLASS, api=True, batch=True, key_variable="AZURE_OPENAI_API_KEY"),
     BackendKind("openai-compatible", _OPENAI, _OPENAI_CLASS, api=True, batch=True, url_target=True),
-    BackendKind("scripted", "capjudge.backends.scripted:from_spec", "capjudge.backends.scripted:ScriptedBackend"),
+    BackendKind("scripted", "capjudge.backends.scripted:from_spec", "capjudge.backends.scripted:ScriptedBackend", text_options=("rules", "text")),
 )
 """The kinds capjudge ships."""
 

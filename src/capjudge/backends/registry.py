@@ -9,7 +9,7 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qsl
+from urllib.parse import parse_qsl, unquote
 
 from capjudge.backends import kinds
 from capjudge.backends.base import Backend
@@ -83,15 +83,32 @@ def parse_spec(spec: str) -> BackendSpec:
         split = split_url(base)
         target, url_auth = split.url + hash_ + model, split.auth
         shown = f"{kind}:{split.shown}{hash_}{model}"
-    elif "?" in rest:
-        target, query = rest.split("?", 1)
-        options = dict(parse_qsl(query, keep_blank_values=True))
+    elif kinds.get(kind).text_options is not None or "?" in rest:
+        target, options = _split_options(rest, kinds.get(kind).text_options)
         masked = mask_options(options)
         if any(v != options[k] for k, v in masked):
             shown = f"{spec.split(':', 1)[0]}:{target}?" + "&".join(f"{k}={v}" for k, v in masked)
     if not target:
         raise UnknownBackendError(f"backend spec {shown!r} names no model")
     return BackendSpec(kind=kind, target=target, options=options, raw=shown, url_auth=url_auth)
+
+
+def _split_options(rest: str, text_options: tuple[str, ...] | None) -> tuple[str, dict[str, str]]:
+    """A spec's target and ``?key=value`` options. A target that is a name ends at its first
+    ``?``. A free-text target (``text_options`` given, :attr:`kinds.BackendKind.text_options`) ends
+    at the first ``?`` followed only by ``key=value`` pairs of those options (a ``?`` of the text
+    stays text) and is percent-decoded, so that ``%3F`` writes a ``?`` that is never an option."""
+    if text_options is None:
+        target, query = rest.split("?", 1)
+        return target, dict(parse_qsl(query, keep_blank_values=True))
+    at = rest.find("?")
+    while at != -1:
+        query = rest[at + 1 :]
+        parts = query.split("&")
+        if all("=" in part and part.split("=", 1)[0] in text_options for part in parts):
+            return unquote(rest[:at]), dict(parse_qsl(query, keep_blank_values=True))
+        at = rest.find("?", at + 1)
+    return unquote(rest), {}
 
 
 def _module(parsed: BackendSpec, path: str) -> Any:

@@ -4,9 +4,12 @@
 tries the rules of a JSON file, a list of ``[pattern, answer]``: the answer of the first pattern
 (a Python regular expression) found in the request's text (every turn's text, joined by newlines)
 is given, ``<text>`` when none matches; so a dry run of a method of several steps (decompose, then
-verify) gets an answer of the right form at each step (examples/scripted_detailed.json). In Python,
-pass a function of the :class:`Request` that returns the answer text, a :class:`Completion`, or an
-exception to raise for that request only.
+verify) gets an answer of the right form at each step (examples/scripted_detailed.json). ``<text>``
+is free text: a ``?`` starts the options only when every ``key=value`` after it is an option of
+this kind (``rules``, ``text``), and the text is percent-decoded (``%3F`` is a ``?``), so any answer
+can be written (:func:`capjudge.backends.registry.parse_spec`). In Python, pass a function of the
+:class:`Request` that returns the answer text, a :class:`Completion`, or an exception to raise for
+that request only.
 
 A rules file is trusted like code (:data:`RULES_TRUST`): its patterns run with no time bound on
 request text that holds the captions, and a pattern of nested repetition (``(a+)+$``) backtracks

@@ -130,6 +130,9 @@ class Plan:
     markers: str | None = None
     watch_prompt: bool = False
     """The opening marker is in the template: check whether a prompt ends with it."""
+    fitted_from: int | None = None
+    """The default budget was lowered to fit the model's context (:func:`fit_default_budget`):
+    the budget it would have been; ``None`` when it was not."""
 
     @property
     def pair(self) -> tuple[str, str]:
@@ -159,13 +162,25 @@ class Plan:
                 out.meta["reasoning_opened"] = True
 
 
-def plan(settings: Thinking, template: str | None, model: str, *, preset_thinks: bool = False, preset_markers: str | None = None, local: bool = True) -> Plan:
+def fit_default_budget(context: int | None) -> int:
+    """The default thinking budget on a model whose context holds ``context`` tokens:
+    :data:`DEFAULT_THINKING_BUDGET`, or half the context when that is less (the prompt and the
+    method's answer need the rest); ``None``: the context is unknown."""
+    if context is None or context <= 0:
+        return DEFAULT_THINKING_BUDGET
+    return min(DEFAULT_THINKING_BUDGET, context // 2)
+
+
+def plan(
+    settings: Thinking, template: str | None, model: str, *, preset_thinks: bool = False, preset_markers: str | None = None, local: bool = True, context: int | None = None
+) -> Plan:
     """The plan of a backend whose chat template's text is ``template`` (``None``: no template).
 
     ``local``: ``on``/``off`` need the template's ``enable_thinking`` switch (else
     :class:`OptionError` naming ``model``) and ``auto`` adds the budget when the model thinks by
     default; a server (``local=False``) gets ``chat_template_kwargs`` whatever its template, and
-    in ``auto`` the budget only when one was given."""
+    in ``auto`` the budget only when one was given. ``context``: the model's context in tokens,
+    which the default budget is fitted to (:func:`fit_default_budget`; a budget given is kept)."""
     markers = settings.markers or preset_markers or template_markers(template)
     kwargs: dict[str, Any] = {}
     if settings.mode != "auto":
@@ -175,7 +190,7 @@ def plan(settings: Thinking, template: str | None, model: str, *, preset_thinks:
                 f"{settings.mode} (leave thinking=auto; a model that always thinks is read after its reasoning anyway)"
             )
         kwargs[SWITCH] = settings.mode == "on"
-    budget = DEFAULT_THINKING_BUDGET if settings.budget is None else settings.budget
+    budget = fit_default_budget(context) if settings.budget is None else settings.budget
     if settings.mode == "on":
         extra = budget
     elif settings.mode == "off":
@@ -185,7 +200,8 @@ def plan(settings: Thinking, template: str | None, model: str, *, preset_thinks:
     else:
         extra = settings.budget or 0
     opening = marker_pair(markers)[0]
-    return Plan(settings, kwargs, extra, markers, watch_prompt=bool(template) and opening in str(template))
+    fitted = DEFAULT_THINKING_BUDGET if settings.budget is None and extra and budget < DEFAULT_THINKING_BUDGET else None
+    return Plan(settings, kwargs, extra, markers, watch_prompt=bool(template) and opening in str(template), fitted_from=fitted)
 
 
 __all__ = [
@@ -195,6 +211,7 @@ __all__ = [
     "THINKING_MODES",
     "Plan",
     "Thinking",
+    "fit_default_budget",
     "has_switch",
     "marker_pair",
     "parse",

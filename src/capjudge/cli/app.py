@@ -7,7 +7,8 @@ the results file, counted in the summary); 3 samples failed for backend reasons 
 retries exhausted, budget spent: re-running resumes); 1 the backend could not start; 2 a usage
 error, found before any backend is built (paths, columns, backend spec and options: see
 :mod:`capjudge.preflight`); 4 ``--batch``: batches submitted or in progress
-(:mod:`capjudge.cli.batch`); 130 interrupted. Every message, log line and summary passes through
+(:mod:`capjudge.cli.batch`); 6 no sample succeeded (every record an error, their most common causes
+printed; 3 wins when samples failed for backend reasons); 130 interrupted. Every message, log line and summary passes through
 :mod:`capjudge.redact`.
 """
 

@@ -74,7 +74,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
         print(f"{pad}source:   {r['source']}, {r['where']}")
         print(f"{pad}decoding: {r['decoding']}; parse: {r['parse']}")
         if r["options"]:
-            print(f"{pad}options:  {', '.join(f'{k}={v}' for k, v in r['options'].items())} (default)")
+            print(f"{pad}options:  {'; '.join(_option_text(k, v) for k, v in r['options'].items())}")
     print()
     print("Sources:")
     seen: dict[str, str] = {}
@@ -85,6 +85,20 @@ def cmd_methods(args: argparse.Namespace) -> int:
         print(f"  {short}: {cite}")
     print("Method options: --method-option KEY=VALUE; every method also takes temperature=T.")
     return EXIT_OK
+
+
+_OPTION_VALUE = {"vqa_dir": "DIR"}
+"""How ``capjudge methods`` names the value of a method option that takes any text."""
+
+
+def _option_text(name: str, default: Any) -> str:
+    """One method option as ``capjudge methods`` shows it: its values (``score=plain|expected``,
+    ``vqa_dir=DIR``) and its default (an empty one as ``(none)``)."""
+    from capjudge.prompts.registry import OPTION_CHOICES
+
+    values = "|".join(OPTION_CHOICES[name]) if name in OPTION_CHOICES else _OPTION_VALUE.get(name, "VALUE")
+    shown = default if default not in (None, "") else "(none)"
+    return f"{name}={values}, default {shown}"
 
 
 # --------------------------------------------------------------------------------------- judges

@@ -14,13 +14,13 @@ from typing import Any, TypeVar
 
 from capjudge.cli.panel import add_backend_option, check_panel, is_panel, make_panel, panel_args
 from capjudge.cli.panel import usage_rows as panel_usage_rows
-from capjudge.errors import EXIT_BACKEND, EXIT_OK, UsageError
+from capjudge.errors import EXIT_ALL_FAILED, EXIT_BACKEND, EXIT_OK, UsageError
 
 T = TypeVar("T")
 
 EXIT_CODES_HELP = """exit codes (score, compare, arena, explain, run-benchmark):
-  0    the run completed; samples that failed on their own (a corrupt image, an
-       answer with no score) are error records in the results file
+  0    the run completed and at least one sample succeeded; samples that failed
+       on their own (a corrupt image, an answer with no score) are error records
   1    the backend could not start (model not loadable, missing credentials)
   2    usage error (unknown method or backend, bad option, missing input or image
        folder, missing columns, an input with no rows or an id twice,
@@ -31,6 +31,8 @@ EXIT_CODES_HELP = """exit codes (score, compare, arena, explain, run-benchmark):
   4    --batch: batches submitted or still in progress; run the same command
        again (or `capjudge batch collect OUT`) to collect them
   5    parity --tolerance: the two backends differ beyond the tolerance
+  6    no sample succeeded: every record is an error (the most common causes
+       are printed); 3 takes precedence when samples failed for backend reasons
   130  interrupted; results written so far are kept
 probe and choose-one exit 0, 1, 2 or 130; meta-eval and report exit 1 when
 nothing could be measured."""
@@ -69,8 +71,14 @@ def parse_options(items: Sequence[str] | None, flag: str = "--backend-opt") -> d
     return out
 
 
+PROGRESS_FIXED_WIDTH = 52
+"""What a progress line keeps for its bar (at least 10), counts and times: the label gets the rest
+of the terminal's width (at least 12 characters), cut with an ellipsis."""
+
+
 def progress_bar(label_format: str = "[bold]{task.description}") -> Any:
-    """A rich progress bar on stderr (label, bar, done/total, elapsed, remaining), not yet started."""
+    """A rich progress bar on stderr (label, bar, done/total, elapsed, remaining), not yet started.
+    On a narrow terminal (80 columns) the label is cut, never the bar or the counts."""
     from rich.progress import (
         BarColumn,
         MofNCompleteColumn,
@@ -79,9 +87,18 @@ def progress_bar(label_format: str = "[bold]{task.description}") -> Any:
         TimeElapsedColumn,
         TimeRemainingColumn,
     )
+    from rich.table import Column
 
-    columns = (TextColumn(label_format), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TimeRemainingColumn())
-    return Progress(*columns, console=console(), transient=False)
+    con = console()
+    label = Column(no_wrap=True, overflow="ellipsis", max_width=max(12, con.width - PROGRESS_FIXED_WIDTH))
+    columns = (
+        TextColumn(label_format, table_column=label),
+        BarColumn(bar_width=None, table_column=Column(min_width=10, ratio=1)),
+        MofNCompleteColumn(table_column=Column(no_wrap=True)),
+        TimeElapsedColumn(table_column=Column(no_wrap=True)),
+        TimeRemainingColumn(table_column=Column(no_wrap=True)),
+    )
+    return Progress(*columns, console=con, transient=False, expand=True)
 
 
 def progress(items: Iterable[T], total: int | None, label: str, quiet: bool, done: int = 0) -> Iterator[T]:
@@ -100,6 +117,56 @@ def progress_of(label: str, quiet: bool) -> Callable[[Iterator[T], int, int], It
     """A ``progress(items, total, done)`` callback for :func:`capjudge.runner.run_rows`: the bar of
     :func:`progress` labelled ``label``."""
     return lambda items, total, done: progress(items, total, label, quiet, done)
+
+
+class CountingJudge:
+    """A judge whose ``score_many`` / ``compare_many`` advance one progress bar: for features that
+    call the judge several times (``probe``, ``choose-one``), the bar's total grows by each call's
+    items. Every other attribute, set or read, is the judge's."""
+
+    def __init__(self, judge: Any, bar: Any, task: Any) -> None:
+        object.__setattr__(self, "_judge", judge)
+        object.__setattr__(self, "_bar", bar)
+        object.__setattr__(self, "_task", task)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._judge, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self._judge, name, value)  # whole_lists sets the judge's batch_size
+
+    def score_many(self, samples: Iterable[Any]) -> Iterator[Any]:
+        """The judge's ``score_many``, counted."""
+        return self._counted(self._judge.score_many, samples)
+
+    def compare_many(self, pairs: Iterable[Any], **kwargs: Any) -> Iterator[Any]:
+        """The judge's ``compare_many``, counted."""
+        return self._counted(self._judge.compare_many, pairs, **kwargs)
+
+    def _counted(self, call: Callable[..., Iterable[Any]], items: Iterable[Any], **kwargs: Any) -> Iterator[Any]:
+        items = list(items)
+        total = next(t.total for t in self._bar.tasks if t.id == self._task) or 0
+        self._bar.update(self._task, total=total + len(items))
+        for result in call(items, **kwargs):
+            self._bar.advance(self._task)
+            yield result
+
+
+def counting(judges: Sequence[Any], label: str, quiet: bool) -> Any:
+    """A context giving ``judges`` as :class:`CountingJudge` s sharing one progress bar on stderr
+    labelled ``label`` (the judges themselves with ``quiet``)."""
+    from contextlib import contextmanager
+
+    @contextmanager
+    def run() -> Iterator[list[Any]]:
+        if quiet:
+            yield list(judges)
+            return
+        with progress_bar() as bar:
+            task = bar.add_task(label, total=0)
+            yield [CountingJudge(j, bar, task) for j in judges]
+
+    return run()
 
 
 def method_with_template(method_name: str, template: str | None, template_file: str | None) -> Any:
@@ -434,18 +501,26 @@ def bad_row_result(row: Any, method: Any, judge: Any) -> Any:
 
 
 def finish(tally: Any) -> int:
-    """Print the run's loud warnings and backend-failure message (also with --quiet) and choose
-    the exit code: 3 when samples failed for backend reasons, else 0."""
+    """Print the run's loud warnings, its failed samples' most common causes and the
+    backend-failure message (on stderr, also with --quiet), and choose the exit code: 3 when
+    samples failed for backend reasons (a re-run resumes: first), else 6 when no sample succeeded,
+    else 0."""
     from capjudge.cli.terminal import visible
     from capjudge.redact import scrub
 
     for warning in tally.warnings():
         print(f"capjudge: {visible(warning)}", file=sys.stderr)
+    failures = tally.failure_message()
+    if failures is not None:
+        print(f"capjudge: {visible(scrub(failures))}", file=sys.stderr)
     message = tally.backend_failure_message()
-    if message is None:
-        return EXIT_OK
-    print(f"capjudge: {visible(scrub(message))}", file=sys.stderr)
-    return EXIT_BACKEND
+    if message is not None:
+        print(f"capjudge: {visible(scrub(message))}", file=sys.stderr)
+        return EXIT_BACKEND
+    if tally.none_ok:
+        print(f"capjudge: no sample succeeded (exit {EXIT_ALL_FAILED}): fix the cause above and run the command again", file=sys.stderr)
+        return EXIT_ALL_FAILED
+    return EXIT_OK
 
 
 def resume_note(con: Any, plan: Any) -> None:
@@ -454,6 +529,14 @@ def resume_note(con: Any, plan: Any) -> None:
         con.print(f"{len(plan.kept)} record(s) kept from the results file, not asked again.")
     if plan.kept_errors:
         con.print(f"[yellow]{plan.kept_errors} of them are errors; --retry-errors asks them again, bypassing cached answers.[/yellow]")
+    if getattr(plan, "kept_budget", 0):
+        con.print(
+            f"[yellow]{plan.kept_budget} of those errors did not fit the token budget (the prompt over the model's context, or the "
+            "reasoning cut off): a re-run with another --thinking-budget or --max-new-tokens (or another backend or method option) "
+            "asks them again.[/yellow]"
+        )
+    if getattr(plan, "changed", 0):
+        con.print(f"{plan.changed} error record(s) that did not fit the token budget were made with other options: asked again with these.")
     invalid = getattr(plan, "invalid", None)
     if invalid:
         from rich.markup import escape

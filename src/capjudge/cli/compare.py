@@ -48,7 +48,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from capjudge.inputcheck import load_items
     from capjudge.judges.pairwise import run_fields, with_order
     from capjudge.outfile import pair_key
-    from capjudge.runner import kept_results, planning_pass, resume_plan, run_rows
+    from capjudge.runner import kept_results, options_digest, planning_pass, resume_plan, run_rows
     from capjudge.summary import RunTally
     from capjudge.types import PairResult
 
@@ -69,7 +69,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with (remote_judge(args) if args.remote else make_judge(args, method)) as judge:
         run = judge.run_fields(mode) if args.remote else run_fields(judge, mode)
-        plan = resume_plan(args.out, rows, pair_key, run, overwrite=args.overwrite, retry_errors=args.retry_errors)
+        digest = options_digest(judge)  # budget failures made with other options are asked again
+        plan = resume_plan(args.out, rows, pair_key, run, overwrite=args.overwrite, retry_errors=args.retry_errors, digest=digest)
         session = batch.session_for(args, judge, run, backend_options(args))
 
         def bad_row(row: Any) -> PairResult:
@@ -86,7 +87,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             for kept in kept_results(plan, PairResult):
                 tally.add(kept)
             bar = progress_of(f"compare with {method.name}", args.quiet)
-            for _, res in run_rows(judge.backend, rows, plan, stream, out=args.out, bad_row=bad_row, progress=bar):
+            for _, res in run_rows(judge.backend, rows, plan, stream, out=args.out, bad_row=bad_row, progress=bar, digest=digest):
                 tally.add(res)
         usage = usage_rows(judge)
     if not args.quiet:

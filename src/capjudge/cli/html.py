@@ -125,5 +125,18 @@ def cmd_html(args: argparse.Namespace) -> int:
         raise UsageError(f"--agree: {exc}") from None
     out = write_html(page, args.html)
     n = sum(len(t.rows) for s in page.sections for t in s.tables)
-    print(visible(f"HTML report written to {out} ({n} rows, {len(page.thumbs.css_classes())} thumbnails, {out.stat().st_size / 1024:.0f} KB)"), file=sys.stderr)
+    thumbs = len(page.thumbs.css_classes())
+    print(visible(f"HTML report written to {out} ({n} rows, {thumbs} thumbnails, {out.stat().st_size / 1024:.0f} KB)"), file=sys.stderr)
+    hint = thumbnail_hint(rows=n, thumbs=thumbs, thumb_px=args.thumb_size, images=args.images)
+    if hint:
+        print(f"capjudge: {visible(hint)}", file=sys.stderr)
     return 0
+
+
+def thumbnail_hint(*, rows: int, thumbs: int, thumb_px: int, images: str | None) -> str | None:
+    """What to do when a report of ``rows`` rows has no thumbnail (``None``: nothing to say)."""
+    if thumbs or not rows or not thumb_px:
+        return None
+    if images is None:
+        return "no thumbnails: give --images DIR, the folder the results' image paths are relative to (the run's --images)"
+    return f"no thumbnails: none of the results' images was found under --images {images!r} (the run's --images is the folder they are relative to)"

@@ -14,6 +14,7 @@ from capjudge.cli.aliases import add_alias, add_format
 from capjudge.cli.common import (
     add_common,
     console,
+    counting,
     image_options,
     make_judge,
     method_with_template,
@@ -182,14 +183,16 @@ def cmd_probe(args: argparse.Namespace) -> int:
     try:
         if not args.quiet:
             con.print(f"probing {method.name} on {judge.backend_spec}: {len(samples)} captions x {len(kinds)} kinds")
-        report = run_probe(judge, samples, kinds=kinds, seed=args.seed, pairwise=args.pairwise, canary=args.canary, target=args.target, writer=writer)
+        with counting([judge], f"probe {method.name} on {judge.backend_spec}", args.quiet) as (counted,):
+            report = run_probe(counted, samples, kinds=kinds, seed=args.seed, pairwise=args.pairwise, canary=args.canary, target=args.target, writer=writer)
         text = probe_markdown(report)
         data = report.to_dict()
         data["bad_rows"] = bad
         second = cmp = None
         if other is not None:
             judge2 = Judge(other, judge.backend, system="auto" if args.system == "auto" else judge.system, images_root=args.images, batch_size=args.batch_size, **image_options(args))
-            second = run_probe(judge2, samples, kinds=kinds, seed=args.seed, pairwise=args.pairwise, canary=args.canary, target=args.target, writer=writer)
+            with counting([judge2], f"probe {other.name} on {judge.backend_spec}", args.quiet) as (counted,):
+                second = run_probe(counted, samples, kinds=kinds, seed=args.seed, pairwise=args.pairwise, canary=args.canary, target=args.target, writer=writer)
             cmp = compare_hardening(report, second)
             text += "\n" + probe_markdown(second) + "\n" + hardening_markdown(cmp)
             data["compared_with"] = {"report": second.to_dict(), "comparison": cmp.to_dict()}
@@ -247,7 +250,8 @@ def cmd_choose_one(args: argparse.Namespace) -> int:
     judge = make_judge(args, method)
     try:
         try:
-            report = run_choose_one(judge, groups, seed=args.seed)
+            with counting([judge], f"choose-one {method.name} on {judge.backend_spec}", args.quiet) as (counted,):
+                report = run_choose_one(counted, groups, seed=args.seed)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
     finally:

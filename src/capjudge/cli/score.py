@@ -50,7 +50,7 @@ def cmd_score(args: argparse.Namespace) -> int:
     """``capjudge score``."""
     from capjudge.inputcheck import load_items
     from capjudge.outfile import score_key
-    from capjudge.runner import kept_results, planning_pass, resume_plan, run_rows
+    from capjudge.runner import kept_results, options_digest, planning_pass, resume_plan, run_rows
     from capjudge.summary import RunTally
     from capjudge.types import ScoreResult
 
@@ -73,7 +73,8 @@ def cmd_score(args: argparse.Namespace) -> int:
         tally = RunTally(method=method.name, smoothing=bool(judge.method.reads_logprobs))
         # What every record of this run says about how it was made (as bad_row_result writes it).
         fields = {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash}
-        plan = resume_plan(args.out, rows, score_key, fields, overwrite=args.overwrite, retry_errors=args.retry_errors, options=judge.method.options)
+        digest = options_digest(judge)  # budget failures made with other options are asked again
+        plan = resume_plan(args.out, rows, score_key, fields, overwrite=args.overwrite, retry_errors=args.retry_errors, options=judge.method.options, digest=digest)
         session = batch.session_for(args, judge, fields, backend_options(args))
         with batch.batch_run(session, args, planning_pass(judge.backend, rows, plan, judge.score_stream)) as outcome:
             if outcome != "ready":
@@ -81,7 +82,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             for kept in kept_results(plan, ScoreResult):
                 tally.add(kept)
             bar = progress_of(f"{method.name} on {judge.backend_spec}", args.quiet)
-            for _, res in run_rows(judge.backend, rows, plan, stream, out=args.out, bad_row=lambda row: bad_row_result(row, method, judge), progress=bar):
+            for _, res in run_rows(judge.backend, rows, plan, stream, out=args.out, bad_row=lambda row: bad_row_result(row, method, judge), progress=bar, digest=digest):
                 tally.add(res)
         usage = usage_rows(judge)
     if not args.quiet:
@@ -97,8 +98,6 @@ def cmd_score(args: argparse.Namespace) -> int:
             *(session.summary_rows() if session is not None else []),
         ]
         con.print(summary_table("capjudge score", rows_out))
-        if tally.failed:
-            con.print(f"[yellow]{tally.failed} sample(s) failed; their records have status \"error\" and say why.[/yellow]")
         resume_note(con, plan)
         if getattr(judge, "members", None) is not None:  # a panel: its judges and their agreement
             from capjudge.cli.panel import print_panel

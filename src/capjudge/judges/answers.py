@@ -35,7 +35,7 @@ from capjudge.parsing.official import first_integer, fleur_code_number
 from capjudge.parsing.text import clean, coerce_text
 from capjudge.prompts.registry import Method
 from capjudge.redact import get_logger
-from capjudge.types import ScoreResult
+from capjudge.types import REASONING_CUT_OFF, ScoreResult
 
 log = get_logger(__name__)
 
@@ -234,7 +234,7 @@ def read_answer(method: Method, prep: Prepared, out: Completion, record: Record)
         return kind.read(method, prep, out, answer_details(method, out), record)
     details = {**answer_details(method, out), **reasoning_details(fa)}
     if fa.cut_off:
-        return record(prep, score=None, raw=fa.raw, status="error", error=f"sample {sample_id(prep.sample, prep.index)}: {cut_off_message(fa)}{cached_note(out)}", details=details)
+        return record(prep, score=None, raw=fa.raw, status="error", error=f"sample {sample_id(prep.sample, prep.index)}: {cut_off_message(fa)}{cached_note(out)}", details={**details, REASONING_CUT_OFF: True})
 
     def keep_final(prep: Prepared, **fields: Any) -> ScoreResult:
         if "raw" in fields:

@@ -43,6 +43,7 @@ from capjudge.parsing import parse_verdict
 from capjudge.parsing.detailed import caparena_answer
 from capjudge.prompts.registry import Method, TemplateError, get_template
 from capjudge.types import (
+    REASONING_CUT_OFF,
     ImageInput,
     PairResult,
     Sample,
@@ -358,7 +359,7 @@ class _DualRun:
         cut = [f for f in (f1, f2) if f.cut_off]
         if cut:
             which = "first" if f1.cut_off else "second"
-            self._error(i, p, item, f"pair {p.id or i}: the {which} order's answer: {cut_off_message(cut[0])}", raw=[t1, t2], details=more)
+            self._error(i, p, item, f"pair {p.id or i}: the {which} order's answer: {cut_off_message(cut[0])}", raw=[t1, t2], details={**more, REASONING_CUT_OFF: True})
             return
         (v1, why1), (v2, why2) = read_verdict(self.judge.method, f1.completion.text), read_verdict(self.judge.method, f2.completion.text)
         v2 = flip(v2)
@@ -434,7 +435,7 @@ class _SingleRun(_DualRun):
         if retried:  # answers of a bad format, asked again (a method's format tries)
             more["format_retries"] = [retried]
         if f.cut_off:
-            self._error(i, p, item, f"pair {p.id or i}: the answer: {cut_off_message(f)}", raw=[f.raw], details=more)
+            self._error(i, p, item, f"pair {p.id or i}: the answer: {cut_off_message(f)}", raw=[f.raw], details={**more, REASONING_CUT_OFF: True})
             return
         shown, why = read_verdict(self.judge.method, f.completion.text)  # the verdict on the captions as shown
         vote = flip(shown) if first == "B" else shown

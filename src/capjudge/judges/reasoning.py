@@ -195,8 +195,8 @@ def cut_off_message(fa: FinalAnswer) -> str:
     tokens = f" after {fa.reasoning_tokens} tokens" if fa.reasoning_tokens else ""
     return (
         f"the model's reasoning did not finish within the token budget (no closing {fa.markers[1]!r}{tokens}), so there is no answer to read; "
-        "give it more tokens with --max-new-tokens (max_new_tokens= in Python), or on an API reasoning model "
-        "with --backend-opt reasoning_budget=N"
+        "give it more tokens: an open thinking model (hf:, llamacpp:, openai-compatible:) with --thinking-budget N, "
+        "any model with --max-new-tokens (max_new_tokens= in Python), an API reasoning model with --backend-opt reasoning_budget=N"
     )
 
 

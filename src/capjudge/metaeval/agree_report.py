@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 from capjudge.metaeval.agree import AgreeReport, PairComparison
+from capjudge.parsing.text import shorten
 
 
 def _f(v: Any, digits: int = 1) -> str:
@@ -101,7 +102,7 @@ def _disagreements(pc: PairComparison) -> Any:
     for col in ("id", "image", "caption", pc.a, pc.b, f"rank {pc.a}", f"rank {pc.b}"):
         t.add_column(col, overflow="fold", justify="left" if col in ("id", "image", "caption") else "right")
     for d in pc.disagreements:
-        t.add_row(str(d["id"] or "-"), d["image"], d["caption"][:48], _g(d["score_a"]), _g(d["score_b"]), _f(d["rank_a"], 1), _f(d["rank_b"], 1))
+        t.add_row(str(d["id"] or "-"), d["image"], shorten(d["caption"], 48), _g(d["score_a"]), _g(d["score_b"]), _f(d["rank_a"], 1), _f(d["rank_b"], 1))
     return t
 
 

@@ -67,3 +67,15 @@ def clean(text: str) -> str:
         text = unicodedata.normalize("NFKC", text).translate(_DASHES)
     text = _SPECIAL_TOKEN_RE.sub(" ", text)
     return text.replace("*", "").replace("__", "")
+
+
+def shorten(text: str, limit: int) -> str:
+    """``text`` on one line, at most ``limit`` characters: cut at the last word boundary in its
+    second half (else mid-word: a path or URL has none) and ended with "…" when cut."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if text[limit - 1] != " " and " " in cut[limit // 2 :]:  # the cut falls inside a word
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:") + "…"

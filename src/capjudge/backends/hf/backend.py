@@ -54,7 +54,7 @@ from capjudge.backends.hf.loading import (
 from capjudge.backends.hf.loading import torchvision_requirement as torchvision_requirement
 from capjudge.backends.hf.prefix import PrefixReuser
 from capjudge.backends.hf.prompt_text import defuse, fold_system, render_plain
-from capjudge.backends.hf.settings import check_system_policy, device_and_dtype, resolve_settings
+from capjudge.backends.hf.settings import check_system_policy, resolve_settings, usable_device
 from capjudge.backends.hf.specials import GuardedTokenizer, SpecialText, guarded_processor
 from capjudge.backends.hf.thinking import hf_plan, loaded_template, template_text
 from capjudge.backends.llava_prompt import render_llava_v1
@@ -145,7 +145,7 @@ class HFBackend(Backend):
         # The preset is chosen from the config before the processor is built.
         self.settings = resolve_settings(model, local_files_only, preset, chat_format, system_policy, pad_square)
         self.preset = self.settings.preset
-        self.device, self.dtype_name = device_and_dtype(torch, device, dtype, self.settings.dtype)
+        self.device, self.dtype_name = usable_device(torch, device, dtype, self.settings.dtype)
         self.batch_size = max(1, int(batch_size))
         self.pad_square = self.settings.pad_square
         self.chat_format = self.settings.chat_format
@@ -186,10 +186,10 @@ class HFBackend(Backend):
         self._specials = SpecialText(self.tokenizer)
         self.prompt_tokenizer = GuardedTokenizer(self._specials)
         self._encode_processor = guarded_processor(self.processor, self.prompt_tokenizer)  # one guard for both paths
-        self._thinking = hf_plan(model, self.thinking, loaded_template(self.processor), self.chat_format, self.preset)
+        self.max_context, self.context_source = context_limit(self.net.config)  # the default thinking budget fits it
+        self._thinking = hf_plan(model, self.thinking, loaded_template(self.processor), self.chat_format, self.preset, (self.max_context, self.context_source))
         self.eos_ids = self._eos_ids()
         self.digit_ids = self._digit_token_ids()
-        self.max_context, self.context_source = context_limit(self.net.config)
         # Captions of one image from one prefix pass; the reuser reaches this backend only through
         # the PrefixHost interface it declares (capjudge.backends.hf.prefix).
         self._prefix: PrefixReuser | None = PrefixReuser(self) if self.prefix_reuse else None
@@ -363,7 +363,7 @@ class HFBackend(Backend):
     def check_length(self, n_prompt: int, cfg: GenerationConfig, image_tokens: int | None = None) -> None:
         """Raise :class:`ContextLengthError` (with the counts) when the prompt plus ``max_new_tokens``
         exceeds the model's context (:mod:`.context`)."""
-        exc = context_error(n_prompt, image_tokens, cfg.max_new_tokens, self.max_context, self.context_source)
+        exc = context_error(n_prompt, image_tokens, cfg.max_new_tokens, self.max_context, self.context_source, thinking_budget=self._thinking.extra_tokens)
         if exc is not None:
             raise exc
 
@@ -451,7 +451,8 @@ class HFBackend(Backend):
 
 
 _DTYPES = ("auto", "float16", "half", "bfloat16", "float32", "float", "float64", "double")
-_DEVICE = re.compile(r"^(auto|[a-z]+(:\d+)?)$")
+_DEVICE = re.compile(r"^(auto|(cpu|cuda|mps|xpu|npu|hpu|mtia|xla|meta)(:\d+)?)$")
+_ATTN = re.compile(r"^(paged\|)?(eager|sdpa|flash_attention_[23]|flex_attention|[\w.-]+/[\w.:-]+)$")
 _LOCAL = ("/", "./", "../", "~", ".\\")
 
 
@@ -461,6 +462,8 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     check_known("hf", options, [p for p in inspect.signature(HFBackend.__init__).parameters if p not in ("self", "model")])
     if "batch_size" in options:
         options["batch_size"] = as_int(options["batch_size"], "batch_size")
+        if options["batch_size"] is not None and options["batch_size"] < 1:
+            raise OptionError(f"option batch_size={options['batch_size']!r}: at least 1 request per batch")
     preset = options.get("preset")
     if preset is not None and str(preset).strip().lower() not in ("", "auto"):
         try:
@@ -481,6 +484,9 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     dtype = options.get("dtype")
     if dtype is not None and str(dtype) not in _DTYPES:
         raise OptionError(f"option dtype={dtype!r} is not one of {', '.join(_DTYPES)}")
+    attn = options.get("attn_implementation")
+    if attn not in (None, "") and not _ATTN.match(str(attn)):
+        raise OptionError(f"option attn_implementation={attn!r} is not eager, sdpa, flash_attention_2, flash_attention_3, flex_attention (or paged|..., or a kernels-hub repo org/name)")
     device = options.get("device")
     if device is not None and not _DEVICE.match(str(device)):
         raise OptionError(f"option device={device!r} is not a device (auto, cpu, cuda, cuda:1, mps, ...)")
@@ -547,7 +553,7 @@ def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
         check_4bit_packages()
     local = local_only(model, opts.get("local_files_only"))
     settings = resolve_settings(model, local, opts.get("preset", "auto"), opts.get("chat_format"), opts.get("system_policy"), opts.get("pad_square"))
-    _, dtype_name = device_and_dtype(torch, opts.get("device", "auto"), opts.get("dtype", "auto"), settings.dtype)
+    _, dtype_name = usable_device(torch, opts.get("device", "auto"), opts.get("dtype", "auto"), settings.dtype)
 
     def revision() -> str | None:
         import transformers

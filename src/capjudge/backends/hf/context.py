@@ -33,18 +33,27 @@ def context_limit(config: Any) -> tuple[int, str]:
     return DEFAULT_CONTEXT, f"no context length in the config; {DEFAULT_CONTEXT} assumed"
 
 
-def context_error(n_prompt: int, image_tokens: int | None, max_new_tokens: int, limit: int, source: str) -> ContextLengthError | None:
+def context_error(n_prompt: int, image_tokens: int | None, max_new_tokens: int, limit: int, source: str, *, thinking_budget: int = 0) -> ContextLengthError | None:
     """The error for a prompt of ``n_prompt`` tokens (``image_tokens`` of them the image's) and an
-    answer budget of ``max_new_tokens`` in a context of ``limit`` tokens; ``None`` when it fits."""
+    answer budget of ``max_new_tokens`` (``thinking_budget`` of them a thinking model's reasoning
+    budget) in a context of ``limit`` tokens; ``None`` when it fits. The message names the option
+    to change: ``--thinking-budget`` when the reasoning budget is what does not fit."""
     if n_prompt + max_new_tokens <= limit:
         return None
     img = f" ({image_tokens} of them image tokens)" if image_tokens else ""
-    return ContextLengthError(
-        f"prompt of {n_prompt} tokens{img} + max_new_tokens={max_new_tokens} = {n_prompt + max_new_tokens} tokens "
-        f"exceeds the model's context of {limit} tokens ({source}): shorten the caption (or the other texts "
-        f"of the prompt), or lower max_new_tokens (--max-new-tokens); the prompt is never cut to fit",
-        counts={"prompt_tokens": n_prompt, "image_tokens": int(image_tokens or 0), "max_new_tokens": max_new_tokens, "limit": limit},
-    )
+    answer = max_new_tokens - thinking_budget
+    split = f" (the method's {answer} + the thinking budget {thinking_budget})" if thinking_budget else ""
+    head = f"prompt of {n_prompt} tokens{img} + max_new_tokens={max_new_tokens}{split} = {n_prompt + max_new_tokens} tokens exceeds the model's context of {limit} tokens ({source})"
+    if thinking_budget and n_prompt + answer <= limit:
+        fix = f"lower the thinking budget (--thinking-budget N, backend option thinking_budget=N; at most {limit - n_prompt - answer} here)"
+    elif thinking_budget:
+        fix = "shorten the caption (or the other texts of the prompt), or lower the thinking budget (--thinking-budget) and max_new_tokens (--max-new-tokens)"
+    else:
+        fix = "shorten the caption (or the other texts of the prompt), or lower max_new_tokens (--max-new-tokens)"
+    counts = {"prompt_tokens": n_prompt, "image_tokens": int(image_tokens or 0), "max_new_tokens": max_new_tokens, "limit": limit}
+    if thinking_budget:
+        counts["thinking_budget"] = thinking_budget
+    return ContextLengthError(f"{head}: {fix}; the prompt is never cut to fit", counts=counts)
 
 
 __all__ = ["CONTEXT_FIELDS", "DEFAULT_CONTEXT", "context_error", "context_limit"]

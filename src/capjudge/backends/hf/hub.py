@@ -104,13 +104,19 @@ def is_cached(model: str) -> bool:
     return isinstance(found, str)
 
 
+def download_command(model: str) -> str:
+    """The command that downloads ``model`` into the local HF cache: the one spelling every
+    message of capjudge gives (``hf``, the CLI of huggingface_hub)."""
+    return f"hf download {model}"
+
+
 def offline_hint(model: str, status: HubStatus) -> str:
     """What to do when ``model`` is not in the local cache and the hub cannot be reached."""
     return (
         f"the Hugging Face hub at {shown_endpoint(status.endpoint)} cannot be reached ({status.cause}) and {model!r} "
-        "is not in the local HF cache. Download it on a connected machine (hf download "
-        f"{model}) and copy the cache (~/.cache/huggingface or $HF_HOME) here, or give a local folder "
-        "(hf:/path/to/model); with the model on disk, HF_HUB_OFFLINE=1 skips the network"
+        f"is not in the local HF cache. Download it on a connected machine ({download_command(model)}) and copy the "
+        "cache (~/.cache/huggingface or $HF_HOME) here, or give a local folder (hf:/path/to/model); with the model "
+        "on disk, HF_HUB_OFFLINE=1 skips the network"
     )
 
 

@@ -35,9 +35,10 @@ def local_only(model: str, local_files_only: bool | None) -> bool:
 
 def load_failure(model: str, exc: OSError) -> BackendError:
     """The error of a model that could not be read (``exc``), with what to do."""
+    cause = str(exc).strip().rstrip(".")  # the library's sentence ends with its own period
     return BackendError(
-        f"could not load HF model {model!r}: {exc}. Give a local folder, or download the model "
-        "first (huggingface-cli download ...); capjudge never downloads weights itself when offline."
+        f"could not load HF model {model!r}: {cause}. Give a local folder (hf:/path/to/model), or download the model "
+        f"first ({hub.download_command(model)}); capjudge never downloads weights itself when offline"
     )
 
 

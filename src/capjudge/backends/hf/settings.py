@@ -27,12 +27,24 @@ def device_and_dtype(torch: Any, device: str, dtype: str, gpu_dtype: str = "floa
     the preset's dtype on CUDA)."""
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    dev = torch.device(device)
+    try:
+        dev = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise OptionError(f"option device={device!r} is not a device (auto, cpu, cuda, cuda:1, mps, ...)") from None
     if dtype == "auto":
         dtype = gpu_dtype if dev.type == "cuda" else "float32"
     if not hasattr(torch, str(dtype)):
         raise BackendError(f"unknown dtype {dtype!r} (use float16, bfloat16 or float32)")
     return dev, str(dtype)
+
+
+def usable_device(torch: Any, device: str, dtype: str, gpu_dtype: str = "float16") -> tuple[Any, str]:
+    """:func:`device_and_dtype`, and a CUDA device that torch can reach here (an option error
+    before anything loads, not a failure inside the model's ``to()``)."""
+    dev, dtype_name = device_and_dtype(torch, device, dtype, gpu_dtype)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise OptionError(f"option device={device!r}: torch sees no CUDA GPU here (torch.cuda.is_available() is false); use device=cpu or auto")
+    return dev, dtype_name
 
 
 def check_chat_format(chat_format: str) -> str:

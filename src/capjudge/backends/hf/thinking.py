@@ -11,6 +11,9 @@ from typing import Any
 
 from capjudge.backends.presets import GENERIC, get_preset
 from capjudge.backends.thinking import Plan, Thinking, plan
+from capjudge.redact import get_logger
+
+log = get_logger(__name__)
 
 _FILES = ("chat_template.jinja", "chat_template.json", "processor_config.json", "tokenizer_config.json")
 
@@ -59,14 +62,23 @@ def loaded_template(processor: Any) -> str | None:
     return None
 
 
-def hf_plan(model: str, settings: Thinking, template: str | None, chat_format: str, preset: str) -> Plan:
-    """The thinking plan of an ``hf:`` model: its template counts only with ``chat_format=template``."""
+def hf_plan(model: str, settings: Thinking, template: str | None, chat_format: str, preset: str, context: tuple[int, str] | None = None) -> Plan:
+    """The thinking plan of an ``hf:`` model: its template counts only with ``chat_format=template``.
+    ``context``: the loaded model's context in tokens and where it was read; the default budget
+    is fitted to it, and a lowered default is said once (a warning)."""
     try:
         chosen = GENERIC if preset == GENERIC.name else get_preset(preset)
     except Exception:  # noqa: BLE001 - an unknown name was refused earlier
         chosen = GENERIC
     source = template if chat_format == "template" else None
-    return plan(settings, source, model, preset_thinks=chosen.thinks, preset_markers=chosen.reasoning_markers)
+    made = plan(settings, source, model, preset_thinks=chosen.thinks, preset_markers=chosen.reasoning_markers, context=context[0] if context else None)
+    if made.fitted_from is not None and context is not None:
+        log.warning(
+            "%s: the model's context is %d tokens (%s), so the default thinking budget is %d tokens (half of it), not %d; "
+            "--thinking-budget N (backend option thinking_budget=N) sets it",
+            model, context[0], context[1], made.extra_tokens, made.fitted_from,
+        )
+    return made
 
 
 __all__ = ["hf_plan", "loaded_template", "template_text"]

@@ -69,7 +69,7 @@ from capjudge.backends.llamacpp.mtmd_prompt import Chunk, MtmdPrompt
 from capjudge.backends.llamacpp.sampling import first_stop, image_group_key, sample
 from capjudge.backends.llamacpp.specials import ControlText
 from capjudge.backends.llava_prompt import render_llava_v1
-from capjudge.backends.options import as_bool, as_int, check_known
+from capjudge.backends.options import OptionError, as_bool, as_int, check_known
 from capjudge.backends.thinking import OPTIONS as THINKING_OPTIONS
 from capjudge.backends.thinking import Plan, Thinking, plan
 from capjudge.backends.thinking import parse as parse_thinking
@@ -111,7 +111,9 @@ def check_files(model_path: Path, mmproj_path: Path | None, *, prompt_format: st
     return pair
 
 
-def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_batch: int, n_gpu_layers: int, seed: int, pair: GGUFPair | None = None, thinking: Thinking | None = None) -> dict[str, Any]:
+def model_identity(
+    model_path: Path, mmproj_path: Path | None, *, block: int, n_batch: int, n_gpu_layers: int, seed: int, pair: GGUFPair | None = None, thinking: Thinking | None = None, fitted: Plan | None = None
+) -> dict[str, Any]:
     """Kind, model file name and content digest, projector name and digest, the prompt format
     chosen (for a chat template: its digest, the architecture and projector type), and the
     settings that change the logits' rounding. LLaVA-1.5 (``llava_v1``) keeps the identity it had
@@ -132,13 +134,16 @@ def model_identity(model_path: Path, mmproj_path: Path | None, *, block: int, n_
         "n_batch": int(n_batch),
         "n_gpu_layers": int(n_gpu_layers),
         **(thinking.identity() if thinking is not None else {}),  # non-default thinking settings only
+        # the default thinking budget fitted to n_ctx (an option the identity has not): only then
+        **({"thinking_budget_fitted": fitted.extra_tokens} if fitted is not None and fitted.fitted_from is not None else {}),
     }
 
 
-def gguf_plan(model_path: Path, pair: GGUFPair, thinking: Thinking) -> Plan:
-    """The thinking plan of a GGUF: its chat template (not LLaVA's ``llava_v1`` prompt) decides."""
+def gguf_plan(model_path: Path, pair: GGUFPair, thinking: Thinking, n_ctx: int | None = None) -> Plan:
+    """The thinking plan of a GGUF: its chat template (not LLaVA's ``llava_v1`` prompt) decides;
+    the default budget is fitted to ``n_ctx`` (:func:`capjudge.backends.thinking.fit_default_budget`)."""
     source = pair.chat_template if pair.prompt_format == "chat_template" else None
-    return plan(thinking, source, model_path.name)
+    return plan(thinking, source, model_path.name, context=n_ctx)
 
 
 def gguf_widths(model_path: Path, mmproj_path: Path) -> tuple[int | None, int | None]:
@@ -195,8 +200,10 @@ class LlamaCppBackend(MtmdPrompt, Backend):
         template_path = Path(chat_template).expanduser() if chat_template else None
         self.pair = check_files(self.model_path, self.mmproj_path, prompt_format=prompt_format, chat_template=template_path)
         self.thinking = parse_thinking({"thinking": thinking, "thinking_budget": thinking_budget, "reasoning_markers": reasoning_markers})
-        self._thinking = gguf_plan(self.model_path, self.pair, self.thinking)  # before loading: a missing switch fails first
         self.n_ctx = int(n_ctx)
+        self._thinking = gguf_plan(self.model_path, self.pair, self.thinking, self.n_ctx)  # before loading: a missing switch fails first
+        if self._thinking.fitted_from is not None:
+            log.warning("%s: n_ctx=%d, so the default thinking budget is %d tokens (half of it), not %d; --thinking-budget N sets it", self.model_path.name, self.n_ctx, self._thinking.extra_tokens, self._thinking.fitted_from)
         self.seed = int(seed)
         self.verbose = bool(verbose)
         self.spec = spec or f"llamacpp:{self.model_path}" + (f"?mmproj={self.mmproj_path}" if self.mmproj_path else "")
@@ -270,7 +277,7 @@ class LlamaCppBackend(MtmdPrompt, Backend):
             prefix_reuse=True,
             system_prompt=True,
         )
-        self._identity = model_identity(self.model_path, self.mmproj_path, block=self._block, n_batch=n_batch, n_gpu_layers=n_gpu_layers, seed=self.seed, pair=self.pair, thinking=self.thinking)
+        self._identity = model_identity(self.model_path, self.mmproj_path, block=self._block, n_batch=n_batch, n_gpu_layers=n_gpu_layers, seed=self.seed, pair=self.pair, thinking=self.thinking, fitted=self._thinking)
 
     # -- vocabulary ---------------------------------------------------------------------------
 
@@ -428,12 +435,15 @@ class LlamaCppBackend(MtmdPrompt, Backend):
             n_prompt = sum(c.n_tokens for c in chunks)  # KV cells: what n_ctx limits
             if n_prompt >= self.n_ctx or n_prompt + cfg.max_new_tokens > self.n_ctx:  # before any decoding
                 n_img = sum(c.n_tokens for c in chunks if c.key[0] == "media")
+                budget = self._thinking.extra_tokens
+                fix = "shorten the caption or lower max_new_tokens (--max-new-tokens)"
+                if budget and n_prompt + cfg.max_new_tokens - budget <= self.n_ctx:  # the thinking budget is what does not fit
+                    fix = f"lower the thinking budget of {budget} tokens (--thinking-budget N, at most {self.n_ctx - n_prompt - cfg.max_new_tokens + budget} here)"
                 raise ContextLengthError(
                     f"prompt is {n_prompt} tokens ({n_img} of them image tokens) + max_new_tokens={cfg.max_new_tokens} "
                     f"= {n_prompt + cfg.max_new_tokens} tokens but the context holds n_ctx={self.n_ctx}: raise n_ctx "
-                    f"(spec option ?n_ctx=), shorten the caption or lower max_new_tokens (--max-new-tokens); the "
-                    f"prompt is never cut to fit",
-                    counts={"prompt_tokens": n_prompt, "image_tokens": n_img, "max_new_tokens": cfg.max_new_tokens, "limit": self.n_ctx},
+                    f"(spec option ?n_ctx=), {fix}; the prompt is never cut to fit",
+                    counts={"prompt_tokens": n_prompt, "image_tokens": n_img, "max_new_tokens": cfg.max_new_tokens, "limit": self.n_ctx, **({"thinking_budget": budget} if budget else {})},
                 )
             try:
                 reused = self._evaluate_prompt(chunks, mt_chunks)
@@ -529,12 +539,22 @@ def lazy_from_spec(spec: Any, **options: Any) -> Backend:
     template = Path(str(o["chat_template"])).expanduser() if o["chat_template"] else None
     pair = check_files(model_path, mmproj, prompt_format=o["prompt_format"], chat_template=template)
     thinking = parse_thinking(o)
-    gguf_plan(model_path, pair, thinking)
-    ident = model_identity(model_path, mmproj, block=_block_size(o["prompt_block"], o["n_batch"]), n_batch=o["n_batch"], n_gpu_layers=o["n_gpu_layers"], seed=o["seed"], pair=pair, thinking=thinking)
+    fitted = gguf_plan(model_path, pair, thinking, o["n_ctx"])
+    ident = model_identity(model_path, mmproj, block=_block_size(o["prompt_block"], o["n_batch"]), n_batch=o["n_batch"], n_gpu_layers=o["n_gpu_layers"], seed=o["seed"], pair=pair, thinking=thinking, fitted=fitted)
     raw = getattr(spec, "raw", "") or ""
     shown = raw or f"llamacpp:{model_path}" + (f"?mmproj={mmproj}" if mmproj else "")
     kwargs = {k: v for k, v in o.items() if k != "mmproj"}
     return LazyBackend(lambda: LlamaCppBackend(spec.target, o["mmproj"], spec=raw, **kwargs), kind=LlamaCppBackend.kind, spec=shown, model=model_path.stem, identity=ident)
+
+
+_LEAST = {"n_ctx": (0, "0 or more tokens (0: the default)"), "n_threads": (1, "1 or more"), "n_batch": (0, "1 or more tokens (0: the default)"), "n_gpu_layers": (-1, "-1 (all) or more")}
+
+
+def _check_counts(out: dict[str, Any]) -> None:
+    """The numeric options of ``llamacpp:`` in range (an option error naming the option)."""
+    for name, (least, what) in _LEAST.items():
+        if out.get(name) is not None and out[name] < least:
+            raise OptionError(f"llamacpp option {name}={out[name]!r}: {what}")
 
 
 def check_options(spec: Any, **options: Any) -> dict[str, Any]:
@@ -558,6 +578,9 @@ def check_options(spec: Any, **options: Any) -> dict[str, Any]:
     }
     thinking = parse_thinking(options)
     out.update(thinking=thinking.mode, thinking_budget=thinking.budget, reasoning_markers=thinking.markers)
+    _check_counts(out)
+    if out["chat_template"] is not None and not Path(str(out["chat_template"])).expanduser().is_file():
+        raise FileNotFoundError(f"llamacpp option chat_template={str(out['chat_template'])!r}: no such file (a Jinja chat template file)")
     if out["prompt_format"] not in PROMPT_FORMATS:
         raise BackendError(f"llamacpp option prompt_format={out['prompt_format']!r}: use one of {', '.join(PROMPT_FORMATS)}")
     check_gguf(Path(spec.target).expanduser(), "model")

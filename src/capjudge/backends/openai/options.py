@@ -15,11 +15,32 @@ from capjudge.backends.credentials import is_secret_name, split_url
 from capjudge.backends.openai.backend import DETAILS, OpenAIBackend
 from capjudge.backends.openai.caps import REASONING_EFFORTS
 from capjudge.backends.openai.wire import thinking_request
-from capjudge.backends.options import OptionError, as_bool, as_float, as_int, check_known
+from capjudge.backends.options import (
+    OptionError,
+    as_bool,
+    as_float,
+    as_int,
+    as_json_object,
+    check_known,
+)
 from capjudge.backends.registry import BackendSpec
 
 INT_OPTIONS = ("concurrency", "max_retries", "max_top_logprobs", "gone_after", "reasoning_budget", "thinking_budget", "max_response_bytes")
 FLOAT_OPTIONS = ("timeout", "retry_base_delay", "retry_max_delay", "max_cost", "gone_grace")
+POSITIVE = ("timeout",)
+"""Numeric options above 0."""
+NON_NEGATIVE = {
+    "max_retries": "a number of retries",
+    "max_top_logprobs": "a number of alternatives",
+    "gone_after": "a number of failures (0: off)",
+    "reasoning_budget": "a number of tokens",
+    "thinking_budget": "a number of tokens",
+    "retry_base_delay": "seconds",
+    "retry_max_delay": "seconds",
+    "gone_grace": "seconds",
+    "max_cost": "US dollars",
+}
+"""Numeric options of 0 or more, with what they count."""
 SECRET_OPTIONS = ("api_key", "azure_ad_token", "key", "token")
 COMPATIBLE_ONLY = ("add_special_tokens", "neutral_penalties")
 """Options of OpenAI-compatible servers' own fields (vLLM, SGLang), refused for other kinds."""
@@ -56,8 +77,16 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
         raise OptionError(f"option detail={opts['detail']!r} is not one of {', '.join(DETAILS)}")
     if opts.get("reasoning_effort") is not None and opts["reasoning_effort"] not in REASONING_EFFORTS:
         raise OptionError(f"option reasoning_effort={opts['reasoning_effort']!r} is not one of {', '.join(REASONING_EFFORTS)}")
-    if isinstance(opts.get("reasoning_budget"), int) and opts["reasoning_budget"] < 0:
-        raise OptionError(f"option reasoning_budget={opts['reasoning_budget']!r}: a number of tokens, 0 or more")
+    for k, v in opts.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and (k in NON_NEGATIVE or k in POSITIVE):
+            if k in POSITIVE and not v > 0:
+                raise OptionError(f"option {k}={v!r}: a number above 0")
+            if not v >= 0:
+                raise OptionError(f"option {k}={v!r}: {NON_NEGATIVE.get(k, 'a number')}, 0 or more")
+    if isinstance(opts.get("extra_body"), str):
+        as_json_object(opts["extra_body"], "extra_body")  # a JSON object's text, else a ValueError naming it
+    if isinstance(opts.get("default_headers"), str):  # from --backend-opt: the mapping the client takes
+        opts["default_headers"] = {str(k): str(v) for k, v in as_json_object(opts["default_headers"], "default_headers").items()}
     if opts.get("thinking") is not None or opts.get("thinking_budget") is not None:
         # open thinking models on a vLLM / SGLang server; openai:/azure: are told what they take
         thinking_request(spec.kind, kinds.get(spec.kind).url_target, opts.get("thinking"), opts.get("thinking_budget"), {})
