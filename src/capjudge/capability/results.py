@@ -12,11 +12,11 @@ saved.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
 from capjudge.errors import UsageError
+from capjudge.io import read_jsonl
 from capjudge.parsing.capability import (
     MAX_ALLOW_MISSING,
     TASKS,
@@ -32,18 +32,19 @@ class ResultsError(UsageError, ValueError):
     """A folder or file that is not CAPability judge output (names the file, line and cause)."""
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
+def _jsonl(path: Path, *, file_ids: bool = True) -> list[dict[str, Any]]:
+    """The objects of a JSONL file (capjudge's one reader, :func:`capjudge.io.read_jsonl`); a line
+    that is not JSON is a :class:`ResultsError` naming the file and line, and so is, with
+    ``file_ids``, one without a ``file_id`` (CAPability's files); without it other lines are skipped."""
     rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ResultsError(f"{path} line {n} is not JSON: {exc}") from None
-        if not isinstance(row, dict) or "file_id" not in row:
-            raise ResultsError(f"{path} line {n} has no file_id")
-        rows.append(row)
+    for line in read_jsonl(path):
+        if line.error is not None:
+            raise ResultsError(f"{path} line {line.number} is not JSON: {line.error}")
+        row = line.value
+        if file_ids and (not isinstance(row, dict) or "file_id" not in row):
+            raise ResultsError(f"{path} line {line.number} has no file_id")
+        if isinstance(row, dict):
+            rows.append(row)
     return rows
 
 
@@ -99,7 +100,7 @@ def records_results(
     """A capjudge results file of method ``capability`` / ``capability-code``: its records' item
     scores (``details.capability``) by dimension, with the same numbers as a folder of eval.py's."""
     scores: dict[str, dict[str, Any]] = {}
-    for n, rec in enumerate(_jsonl_records(path), 1):
+    for n, rec in enumerate(_jsonl(path, file_ids=False), 1):
         details = rec.get("details")
         if not isinstance(details, dict) or rec.get("status", "ok") != "ok":
             continue
@@ -121,20 +122,6 @@ def records_results(
             "would_ask_again": missing > max_allow_missing,
         }
     return {"dimensions": per, "average": average_metrics(per)}
-
-
-def _jsonl_records(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ResultsError(f"{path} line {n} is not JSON: {exc}") from None
-        if isinstance(row, dict):
-            rows.append(row)
-    return rows
 
 
 def _is_model(folder: Path) -> bool:
