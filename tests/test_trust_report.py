@@ -290,3 +290,13 @@ def test_images_folder_gives_thumbnails_from_inside_it_only(tmp_path, capsys) ->
     assert "data:image/jpeg" not in html and "file not found" not in page.text and "img000.jpg" in page.text
     assert main([*CALIBRATE_PAIRS, "--html", str(tmp_path / "x.html"), "--images", str(tmp_path / "nowhere")]) == 2
     assert "is not a folder" in capsys.readouterr().err
+
+
+def test_every_record_labelled_says_the_judge_has_nothing_to_add(tmp_path, capsys) -> None:
+    labelled = {json.loads(line)["id"] for line in (EX / "human_scores.jsonl").read_text().splitlines()}
+    results = tmp_path / "labelled.jsonl"
+    results.write_text("".join(line + "\n" for line in (EX / "judge_scores.jsonl").read_text().splitlines() if json.loads(line)["id"] in labelled))
+    d, page, _ = _run(["calibrate", str(results), "--human", str(EX / "human_scores.jsonl"), "--human-scale", "1", "5"], tmp_path, capsys)
+    assert d["unlabelled"] == 0 and "mean_human_score" not in d
+    _assert_figures(page, ["reliability diagram"])
+    assert "every record has a human label" in page.text and "the estimates" not in page.stats

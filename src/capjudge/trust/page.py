@@ -51,10 +51,12 @@ def reliability_figure(
     ylabel: str,
     calibration_map: tuple[Sequence[float], Sequence[float]] | None = None,
     caption: str = "",
+    points: str = "bins: mean judge, mean human",
 ) -> Figure:
     """The reliability diagram: each bin's mean judge value against its mean human outcome (the
     diagonal is a perfectly calibrated judge), the bins' counts as grey bars behind, and the
-    isotonic ``calibration_map`` ``(x, y)`` when given; all on ``[0, 1]``."""
+    isotonic ``calibration_map`` ``(x, y)`` when given; all on ``[0, 1]``. ``points``: the bins'
+    legend."""
 
     def draw() -> str:
         fig, ax = new_figure(5.0, 3.9)
@@ -65,7 +67,7 @@ def reliability_figure(
         ax.patch.set_visible(False)
         ax.plot([0, 1], [0, 1], ls="--", lw=1, color=_GUIDE, label="perfectly calibrated")
         full = [b for b in bins if b["count"] and b["mean_value"] is not None and b["mean_outcome"] is not None]
-        ax.plot([b["mean_value"] for b in full], [b["mean_outcome"] for b in full], "o-", color=_ACCENT, label="bins: mean judge, mean human")
+        ax.plot([b["mean_value"] for b in full], [b["mean_outcome"] for b in full], "o-", color=_ACCENT, label=points)
         ys = [b["mean_outcome"] for b in full]
         if calibration_map is not None:
             ax.plot(list(calibration_map[0]), list(calibration_map[1]), color=_MAP, lw=1.5, label="isotonic map")
@@ -228,11 +230,13 @@ def _reliability_section(d: Mapping[str, Any]) -> Section:
     if pair:
         s.facts += [("confidence rule", str(d["confidence_rule"])), ("agreement with people", _num(d["agreement"]))]
         labels = ("the judge's confidence in its verdict", "share agreeing with people")
+        points = "bins: mean confidence, share agreeing"
     else:
         (lo, hi), (hlo, hhi) = d["scale"], d["human_scale"]
         labels = (f"judge's score ({lo:g}-{hi:g} as 0-1)", f"human score ({hlo:g}-{hhi:g} as 0-1)")
+        points = "bins: mean judge, mean human"
     caption = "points on the diagonal: the judge's number means what it says; orange: the isotonic map fitted on these labels"
-    s.figures.append(reliability_figure(d["reliability"], title=f"{d['method']} @ {d['backend']}", xlabel=labels[0], ylabel=labels[1], calibration_map=_norm_map(d), caption=caption))
+    s.figures.append(reliability_figure(d["reliability"], title=f"{d['method']} @ {d['backend']}", xlabel=labels[0], ylabel=labels[1], calibration_map=_norm_map(d), caption=caption, points=points))
     rows = [[f"[{b['low']:.2f}, {b['high']:.2f}]", str(b["count"]), _num(b["mean_value"]), _num(b["mean_outcome"])] for b in d["reliability"]]
     head = ["bin", "samples", "mean confidence" if pair else "mean judge", "share agreeing" if pair else "mean human"]
     s.stats.append(StatTable("reliability bins", head, rows, "equal-width bins; ECE is the count-weighted mean gap between the two means, Brier the mean squared difference"))
