@@ -300,3 +300,29 @@ def test_every_record_labelled_says_the_judge_has_nothing_to_add(tmp_path, capsy
     assert d["unlabelled"] == 0 and "mean_human_score" not in d
     _assert_figures(page, ["reliability diagram"])
     assert "every record has a human label" in page.text and "the estimates" not in page.stats
+
+
+def test_the_interval_parts_take_several_groups_for_other_pages() -> None:
+    """intervals_figure / intervals_table are plain-dict parts (an arena's captioners, a score
+    summary's): several groups in one figure, what the labels are worth from the estimates."""
+    from capjudge.trust.page import effective_labels, intervals_figure, intervals_table
+    from capjudge.trust.ppi import estimate_all
+
+    rng = np.random.default_rng(5)
+    groups = {}
+    for name, bias in (("model-a", 0.3), ("model-b", -0.2)):
+        truth = rng.normal(3, 1, 600)
+        judge = truth + bias + rng.normal(0, 0.4, 600)
+        est = estimate_all(truth[:100], judge[:100], judge[100:], alpha=0.1)
+        groups[name] = {k: v.to_dict() for k, v in est.items()}
+    fig = intervals_figure(groups, title="mean score by captioner", xlabel="score")
+    assert fig.error is None and fig.uri is not None
+    img = Image.open(io.BytesIO(base64.b64decode(fig.uri.split(",", 1)[1])))
+    assert img.size[1] > 8 * 30  # eight rows drawn
+    e = groups["model-a"]
+    worth = effective_labels(e["ppi++"], e["classical"])
+    assert worth == pytest.approx(100 * (e["classical"]["se"] / e["ppi++"]["se"]) ** 2, rel=1e-12) and worth > 100
+    assert effective_labels(e["naive"], e["classical"]) is None and effective_labels(e["ppi"], None) is None
+    table = intervals_table(e, title="model-a")
+    assert [r[0] for r in table.rows] == ["judge only", "human only", "PPI", "PPI++"]
+    assert table.rows[3][8] == f"{worth:.0f}" and table.rows[2][7] == "600" and table.rows[1][7] == "0"
