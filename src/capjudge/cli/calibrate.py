@@ -3,7 +3,9 @@
 ``register(subparsers)`` adds it to the ``capjudge`` parser; the statistics are imported only when
 the command runs. Exit codes: 0 done (bad rows of the inputs are named on stderr, the others
 used), 2 bad input (a file missing, too few labelled ids, labels of the wrong kind, a ``--save``
-that would replace a file capjudge did not write).
+that would replace a file capjudge did not write, an ``--html`` that would replace an input or a
+file that is not a capjudge report, an ``--images`` that is not a folder). ``--html FILE``: the
+page of :mod:`capjudge.trust.page` (reliability diagram, the mean's intervals, the labelled records).
 """
 
 from __future__ import annotations
@@ -11,7 +13,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
+
+from capjudge.cli.html import add_html_option
 
 # The `capjudge calibrate` parser's help texts.
 CALIBRATE_PARSER: dict[str, Any] = dict(
@@ -38,11 +43,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--alpha", type=float, default=0.1, help="1 - confidence level of the mean's intervals (default 0.1: 90%%)")
     p.add_argument("--human-scale", type=float, nargs=2, default=None, metavar=("LOW", "HIGH"), help="the human scores' scale (default: the judge's)")
     p.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or one JSON object on the last line")
+    add_html_option(p, images=True)
     p.set_defaults(func=cmd_calibrate)
 
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """``capjudge calibrate``: print the calibration report, save the map."""
+    from capjudge.cli.html import check_html, command_line, emit
     from capjudge.cli.trust_common import check_save, print_problems
     from capjudge.errors import UsageError
     from capjudge.trust.run import calibration_report
@@ -51,6 +58,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         raise UsageError("--bins must be at least 1 and --alpha in (0, 1)")
     if args.human_scale is not None and not args.human_scale[1] > args.human_scale[0]:
         raise UsageError("--human-scale LOW HIGH needs HIGH > LOW")
+    if args.images is not None and not Path(args.images).is_dir():
+        raise UsageError(f"--images {args.images!r} is not a folder")
+    check_html(args.html, [args.results, args.human, args.save])
     check_save(args.save, "calibration-json")
     report = calibration_report(args.results, args.human, bins=args.bins, alpha=args.alpha, human_scale=tuple(args.human_scale) if args.human_scale else None)
     print_problems(report.problems)
@@ -63,6 +73,10 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         print(json.dumps(json_safe(report.data), ensure_ascii=False))
     else:
         _text(report.data)
+    if args.html:
+        from capjudge.trust.page import calibration_page
+
+        emit(args.html, lambda: calibration_page(report, images=args.images, command=command_line()))
     return 0
 
 

@@ -4,7 +4,9 @@
 ``register(subparsers)`` adds it to the ``capjudge`` parser; the statistics are imported only when
 the command runs. Exit codes: 0 done (bad rows of the inputs are named on stderr, the others
 used), 2 bad input (a file missing, records that are not pair records, no labelled id, a
-``--save`` that would replace a file capjudge did not write).
+``--save`` that would replace a file capjudge did not write, an ``--html`` that would replace an
+input or a file that is not a capjudge report, an ``--images`` that is not a folder). ``--html
+FILE``: the page of :mod:`capjudge.trust.page` (the judges, the coverage-risk curve, every pair).
 """
 
 from __future__ import annotations
@@ -12,7 +14,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 from typing import Any
+
+from capjudge.cli.html import add_html_option
 
 # The `capjudge cascade` parser's help texts.
 CASCADE_PARSER: dict[str, Any] = dict(
@@ -39,11 +44,13 @@ def register(subparsers: Any) -> None:
     p.add_argument("--min-samples", type=int, default=30, metavar="N", help="a threshold needs N calibration samples above it (default 30)")
     p.add_argument("--save", default=None, metavar="PLAN", help="write the calibrated cascade as a JSON plan")
     p.add_argument("--format", choices=("text", "json"), default="text", help="text (default) or one JSON object on the last line")
+    add_html_option(p, images=True)
     p.set_defaults(func=cmd_cascade)
 
 
 def cmd_cascade(args: argparse.Namespace) -> int:
     """``capjudge cascade``: calibrate, print, save the plan."""
+    from capjudge.cli.html import check_html, command_line, emit
     from capjudge.cli.trust_common import check_save, print_problems
     from capjudge.errors import UsageError
     from capjudge.trust.run import cascade_report
@@ -52,6 +59,9 @@ def cmd_cascade(args: argparse.Namespace) -> int:
         raise UsageError("--risk and --delta must lie in (0, 1)")
     if args.min_samples < 1:
         raise UsageError("--min-samples must be at least 1")
+    if args.images is not None and not Path(args.images).is_dir():
+        raise UsageError(f"--images {args.images!r} is not a folder")
+    check_html(args.html, [*args.judge, args.human, args.save])
     check_save(args.save, "cascade-json")
     report = cascade_report(args.judge, args.human, alpha=args.risk, delta=args.delta, rule=args.rule, min_samples=args.min_samples)
     print_problems(report.problems)
@@ -64,6 +74,10 @@ def cmd_cascade(args: argparse.Namespace) -> int:
         print(json.dumps(json_safe(report.data), ensure_ascii=False))
     else:
         _text(report.data)
+    if args.html:
+        from capjudge.trust.page import cascade_page
+
+        emit(args.html, lambda: cascade_page(report, images=args.images, command=command_line()))
     return 0
 
 

@@ -7,8 +7,10 @@ the isotonic map to the human scale and its calibration file), :mod:`~capjudge.t
 :mod:`~capjudge.trust.ppi` (prediction-powered means: PPI, PPI++, classical, judge-only; clustered
 intervals), :mod:`~capjudge.trust.ppi_bt` (Bradley-Terry strengths by prediction-powered logistic
 regression), :mod:`~capjudge.trust.inputs` (results files and human labels joined by id, the
-confidence of a pair record) and :mod:`~capjudge.trust.run` (what ``capjudge calibrate`` and
-``capjudge cascade`` compute). numpy and scipy only; nothing is imported until used.
+confidence of a pair record), :mod:`~capjudge.trust.run` (what ``capjudge calibrate`` and
+``capjudge cascade`` compute), :mod:`~capjudge.trust.curves` (coverage-risk curves) and
+:mod:`~capjudge.trust.page` (their ``--html`` pages, drawn with matplotlib by the report kit).
+numpy and scipy otherwise; nothing is imported until used.
 """
 
 from __future__ import annotations
@@ -33,6 +35,10 @@ _LAZY = {
     "read_human": "capjudge.trust.inputs",
     "calibration_report": "capjudge.trust.run",
     "cascade_report": "capjudge.trust.run",
+    "selective_curve": "capjudge.trust.curves",
+    "cascade_curve": "capjudge.trust.curves",
+    "calibration_page": "capjudge.trust.page",
+    "cascade_page": "capjudge.trust.page",
 }
 
 __all__ = sorted(_LAZY)

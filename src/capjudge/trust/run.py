@@ -8,7 +8,12 @@ alone, PPI, PPI++; rows of the results file without a human label are the unlabe
 clustered by image); for pair records, the confidence against agreement with the human verdict.
 
 :func:`cascade_report` calibrates a cascade of judges (:mod:`.cascade`) on the ids that every
-judge answered and people labelled, and applies it to them and to the ids without a label.
+judge answered and people labelled, and applies it to them and to the ids without a label; and
+its coverage-risk curve (:mod:`.curves`: the cascade calibrated again at each risk target).
+
+Each report also keeps, for its HTML page (:mod:`.page`), the joined rows (``detail["rows"]``:
+one per id, the judge's and the human's values) and, for a cascade, each judge's own
+coverage-risk curve (``detail["judge_curves"]``).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import numpy as np
 
 from capjudge.trust import calibration as cal
 from capjudge.trust import cascade as csc
+from capjudge.trust import curves
 from capjudge.trust.inputs import (
     HumanLabels,
     JudgeResults,
@@ -33,12 +39,14 @@ from capjudge.trust.ppi import estimate_all
 
 @dataclass
 class Report:
-    """A report's JSON-safe ``data``, the bad rows of its inputs (``problems``), and the fitted
-    object to save (a calibration map or a cascade plan)."""
+    """A report's JSON-safe ``data``, the bad rows of its inputs (``problems``), the fitted
+    object to save (a calibration map or a cascade plan), and what only the HTML page shows
+    (``detail``: the joined rows, the judges' own curves)."""
 
     data: dict[str, Any]
     problems: list[str] = field(default_factory=list)
     saved: Any = None
+    detail: dict[str, Any] = field(default_factory=dict)
 
 
 def _norm(values: np.ndarray, scale: tuple[float, float]) -> np.ndarray:
@@ -92,7 +100,11 @@ def _score_calibration(res: JudgeResults, hum: HumanLabels, ids: list[str], base
         yh = _norm(s, scale) * (hscale[1] - hscale[0]) + hscale[0]
         est = estimate_all(h, yh, yu, alpha=alpha, clusters=[res.rows[i].image for i in ids], clusters_unlabeled=[res.rows[i].image for i in unl])
         data["mean_human_score"] = {k: v.to_dict() for k, v in est.items()}
-    return Report(data, problems, fmap)
+    rows = [
+        {"id": i, "image": res.rows[i].image, "judge": float(v), "human": float(hv_), "annotators": len(hum.labels[i].votes), "calibrated": float(c), "gap": abs(float(a) - float(b))}
+        for i, v, hv_, c, a, b in zip(ids, s, h, fmap(s), sv, hv)
+    ]
+    return Report(data, problems, fmap, {"rows": rows})
 
 
 def _pair_calibration(res: JudgeResults, hum: HumanLabels, ids: list[str], base: dict[str, Any], bins: int, problems: list[str]) -> Report:
@@ -111,7 +123,11 @@ def _pair_calibration(res: JudgeResults, hum: HumanLabels, ids: list[str], base:
         "brier": cal.brier(conf, right),
         "calibration_map": {"x": fmap.x, "y": fmap.y},
     }
-    return Report(data, problems, fmap)
+    rows = [
+        {"id": i, "image": res.rows[i].image, "verdict": res.rows[i].value, "confidence": float(c), "human": hum.labels[i].value, "annotators": len(hum.labels[i].votes), "agrees": bool(r), "calibrated": float(p)}
+        for i, c, r, p in zip(ids, conf, right, fmap(conf))
+    ]
+    return Report(data, problems, fmap, {"rows": rows})
 
 
 def cascade_report(judges: Sequence[str], human: str, *, alpha: float, delta: float, rule: csc.Rule = "guaranteed", min_samples: int = 30, grid: int = 5000) -> Report:
@@ -146,21 +162,47 @@ def cascade_report(judges: Sequence[str], human: str, *, alpha: float, delta: fl
         "rule": rule,
         "calibration_n": len(labelled),
         "judges": [
-            {**j.__dict__, "results": f.path, "confidence_rule": f.confidence_rule, "cost_per_judgment": c, "tokens_per_judgment": f.tokens_per_judgment(), "failed": len(f.failed)}
+            {**j.__dict__, "results": f.path, "backend": _top(f.backends), "confidence_rule": f.confidence_rule, "cost_per_judgment": c, "tokens_per_judgment": f.tokens_per_judgment(), "failed": len(f.failed)}
             for j, f, c in zip(plan.judges, files, costs)
         ],
         "calibration": out.to_dict(),
-        # each keeping judge's bound holds for its kept share: the largest bounds the whole mixture
-        "guaranteed_risk": max((j.risk_bound for j in plan.judges if j.threshold is not None and j.risk_bound is not None), default=None),
+        "guaranteed_risk": curves.guaranteed_risk(plan),
         "official_commit": csc.OFFICIAL_COMMIT,
         "bad_rows": len(problems),
     }
+    rows = _cascade_rows(files, names, labelled, out, hum)
     unl = [i for i in common if i not in hum.labels]
     if unl:
         uc = [np.array([float(f.rows[i].confidence or 0.0) for i in unl]) for f in files]
         up = [np.array([str(f.rows[i].value) for i in unl]) for f in files]
-        data["unlabelled"] = csc.apply(plan, uc, up).to_dict()
-    return Report(data, problems, plan)
+        unl_out = csc.apply(plan, uc, up)
+        data["unlabelled"] = unl_out.to_dict()
+        rows += _cascade_rows(files, names, unl, unl_out, None)
+    # the same cascade calibrated at other risk targets: what each target keeps (the report's curve)
+    targets = sorted({*curves.DEFAULT_TARGETS, alpha})
+    data["coverage_risk"] = [p.to_dict() for p in curves.cascade_curve(conf, pred, labels, delta, targets=targets, names=names, rule=rule, grid=grid, min_samples=min_samples, cost_per_judgment=costs)]
+    judge_curves = {n: curves.selective_curve(c, p == labels) for n, c, p in zip(names, conf, pred)}
+    return Report(data, problems, plan, {"rows": rows, "judge_curves": judge_curves})
+
+
+def _cascade_rows(files: Sequence[JudgeResults], names: list[str], ids: list[str], out: csc.CascadeOutcome, hum: HumanLabels | None) -> list[dict[str, Any]]:
+    """One row per id: each judge's verdict and confidence, the human label, who decided."""
+    rows = []
+    for k, i in enumerate(ids):
+        by = int(out.decided_by[k])
+        human = hum.labels[i].value if hum is not None else None
+        if by < 0:
+            status = "abstained"
+        elif human is None:
+            status = "unlabelled"
+        else:
+            status = "agrees" if out.verdicts[k] == human else "disagrees"
+        row: dict[str, Any] = {"id": i, "image": files[0].rows[i].image, "human": human, "decided_by": names[by] if by >= 0 else None, "verdict": out.verdicts[k], "status": status}
+        for j, f in enumerate(files):
+            row[f"verdict{j}"] = f.rows[i].value
+            row[f"confidence{j}"] = f.rows[i].confidence
+        rows.append(row)
+    return rows
 
 
 def _names(files: Sequence[JudgeResults]) -> list[str]:
