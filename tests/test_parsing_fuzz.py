@@ -33,7 +33,11 @@ from capjudge.backends.scripted import ScriptedBackend
 from capjudge.judges.answers import PARSERS
 from capjudge.judges.prepare import Prepared
 from capjudge.judges.reasoning import MAX_ANSWER_CHARS, final_answer
+from capjudge.judges.records import RAW_CHARS
 from capjudge.parsing import parse_score, parse_score_list, parse_verdict
+from capjudge.parsing.capability import read_answer as capability_answer
+from capjudge.parsing.captionqa import answer_letter as captionqa_letter
+from capjudge.parsing.dcscore import read_json_answer as dcscore_answer
 from capjudge.parsing.detailed import (
     caparena_answer,
     capmas_answers,
@@ -142,6 +146,9 @@ READERS: dict[str, Callable[[str], Any]] = {
     "capmas_propositions": capmas_propositions,
     "capmas_answers": capmas_answers,
     "clair_answer": clair_answer,
+    "capability read_answer": capability_answer,
+    "captionqa answer_letter": lambda t: captionqa_letter(t, 5),
+    "dcscore read_json_answer": dcscore_answer,
     "split_text": split_text,
     "split_text opened": lambda t: split_text(t, opened=True),
     "boxed": boxed,
@@ -154,7 +161,10 @@ def test_every_parser_is_linear_on_1mb_answers(name: str) -> None:
     within_bound(READERS[name], name)
 
 
-PARSER_METHODS = {"rules": "fleur", "first-integer": "visce2-code", "fleur-code": "fleur-code", "caparena": "caparena", "capmas": "capmas-factuality", "clair": "clair"}
+PARSER_METHODS = {
+    "rules": "fleur", "first-integer": "visce2-code", "fleur-code": "fleur-code", "caparena": "caparena", "capmas": "capmas-factuality", "clair": "clair",
+    "capability": "capability", "captionqa": "captionqa", "dcscore": "dcscore",
+}
 
 
 def steps_of(text: str) -> list[TokenStep]:
@@ -244,7 +254,9 @@ def test_an_answer_past_the_bound_is_cut_and_the_record_says_so() -> None:
     long = "Score: 85. " + "x" * (MAX_ANSWER_CHARS + 10)
     r = Judge("vanilla", ScriptedBackend(long)).score(CATS, "two cats")
     assert (r.status, r.score) == ("ok", 85.0), r.error
-    assert r.details["answer_cut"] == {"chars": len(long), "kept": MAX_ANSWER_CHARS} and len(r.raw or "") == MAX_ANSWER_CHARS
+    assert r.details["answer_cut"] == {"chars": len(long), "kept": MAX_ANSWER_CHARS}
+    # raw then keeps what every record keeps of an answer (judges.records.RAW_CHARS), with the cut answer's length
+    assert len(r.raw or "") == RAW_CHARS and r.details["raw_chars"] == MAX_ANSWER_CHARS
     pair = Judge("gpt4v-pairwise", ScriptedBackend("Answer 1 " + "y" * (MAX_ANSWER_CHARS + 10))).compare(CATS, "two cats", "a dog")
     assert pair.details["answer_cut"] == [{"chars": MAX_ANSWER_CHARS + 19, "kept": MAX_ANSWER_CHARS}] * 2
     short = Judge("vanilla", ScriptedBackend("Score: 85.")).score(CATS, "two cats")
