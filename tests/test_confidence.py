@@ -160,6 +160,25 @@ def test_score_spread_and_probability_of_the_printed_number(tmp_path: Path) -> N
         assert abs(d["score_sd"] - sd) < 1e-9 and abs(d["confidence"] - 0.5 / 0.8) < 1e-9 and d["confidence_rule"] == "logprobs"
 
 
+def test_grading_is_the_probability_that_one_score_beats_the_other(tmp_path: Path) -> None:
+    alts_a = [(" 85", 0.5), (" 80", 0.3), (" 70", 0.1), (" N", 0.1)]
+    alts_b = [(" 80", 0.6), (" 85", 0.2), (" 90", 0.2)]
+    captions_a = {p["caption_a"] for p in PAIRS}
+
+    def respond(req: Received) -> Reply:
+        is_a = any(c in req.prompt_text() for c in captions_a)
+        tokens = [tok("Rating"), tok(":"), tok(" 85", alts_a) if is_a else tok(" 80", alts_b)]
+        return Reply(body=chat_body("".join(t for t, _, _ in tokens), tokens=tokens if (req.body or {}).get("logprobs") else None))
+
+    with running_server(responder=respond) as srv:
+        res = run(srv, tmp_path, "compare", "vanilla", "--mode", "grading", "--method-option", "confidence=on")
+    pa = {85.0: 0.5 / 0.9, 80.0: 0.3 / 0.9, 70.0: 0.1 / 0.9}
+    pb = {80.0: 0.6, 85.0: 0.2, 90.0: 0.2}
+    want = sum(p * q for x, p in pa.items() for y, q in pb.items() if x > y)
+    assert res and all(r["status"] == "ok" and r["verdict"] == "A" and r["scores"] == [85.0, 80.0] for r in res), [r["error"] for r in res]
+    assert all(abs(r["details"]["confidence"] - want) < 1e-9 and r["details"]["confidence_rule"] == "logprobs" for r in res)
+
+
 def test_without_log_probabilities_the_agreement_of_sampled_answers(tmp_path: Path) -> None:
     # A reasoning API: greedy answers without log-probabilities; 4 sampled answers per order.
     sampled = {True: ["Answer 1", "Answer 1", "Answer 2", "no idea"], False: ["Answer 2", "Tie", "Answer 2", "Answer 2"]}
@@ -232,3 +251,98 @@ def test_trust_reader_takes_the_fields(tmp_path: Path) -> None:
     scores.write_text(json.dumps({"id": "s1", "image": "a.jpg", "score": 80.0, "scale": [0, 100], "status": "ok", "details": {"confidence": 0.6, "confidence_rule": "logprobs", "score_sd": 3.5}}) + "\n")
     row = read_results(scores).rows["s1"]
     assert (row.confidence, row.rule, row.score_sd) == (0.6, "logprobs", 3.5)
+
+
+@pytest.mark.hf
+def test_tiny_hf_records_carry_the_confidence_of_their_own_tokens(tiny_llava_dir: Path) -> None:
+    from capjudge import Judge, Sample
+    from capjudge.judges.smoothing import token_text
+    from capjudge.parsing import parse_verdict
+    from capjudge.prompts.registry import get_template
+
+    spec = f"hf:{tiny_llava_dir}?device=cpu"
+    on = Judge("gpt4v-pairwise", spec, max_new_tokens=4, method_options={"confidence": "on"}, images_root=str(EXAMPLES / "images"))
+    off = Judge("gpt4v-pairwise", on.backend, max_new_tokens=4, images_root=str(EXAMPLES / "images"))
+    tpl = get_template("gpt4v_pairwise")
+    for p in PAIRS:
+        got = on.compare(p["image"], p["caption_a"], p["caption_b"], id=p["id"])
+        plain = off.compare(p["image"], p["caption_a"], p["caption_b"], id=p["id"])
+        # The answers are the ones asked without the option; only the confidence fields are added.
+        assert got.ok and (got.verdict, got.votes, got.raw) == (plain.verdict, plain.votes, plain.raw)
+        assert set(got.details) - set(plain.details) == {"confidence", "confidence_rule", "verdict_probs", "verdict_mass", "order_agreement"}
+        # By hand: each order's answer asked again, the verdict letter's alternatives read in its place.
+        image = on.prepare_sample(0, Sample(p["image"], p["caption_a"])).image
+        dists = []
+        # Both orders in one batch, as compare sends them (a batch of one pads otherwise: float32 logits differ in the last digits).
+        outs = on.backend.generate([on.request(tpl.render(caption_a=x, caption_b=y, references=[]), image, 4, logprobs=True) for x, y in ((p["caption_a"], p["caption_b"]), (p["caption_b"], p["caption_a"]))])
+        for k, out in enumerate(outs):
+            assert not isinstance(out, BaseException)
+            texts = [token_text(s.token) for s in out.steps]
+            at = max(i for i, t in enumerate(texts) if t.strip() in ("A", "B"))
+            w = {"A": 0.0, "B": 0.0, "tie": 0.0}
+            for alt, lp in out.steps[at].top:
+                v = parse_verdict("".join(texts[:at]) + token_text(alt) + "".join(texts[at + 1 :]))
+                if v in w:
+                    w[v] += math.exp(lp)
+            mass = sum(w.values())
+            dist = {v: q / mass for v, q in w.items()}
+            dists.append(dist if k == 0 else {"A": dist["B"], "B": dist["A"], "tie": dist["tie"]})
+            assert abs(got.details["verdict_mass"][k] - mass) < 1e-9
+        want = sum(dists[0][a] * dists[1][b] for a in w for b in w if dual_sided_vote(a, b) == got.verdict)
+        assert abs(got.details["confidence"] - want) < 1e-9 and got.details["confidence_rule"] == "logprobs"
+    on.close()
+
+
+def test_tiny_llamacpp_score_spread_from_its_digit_probabilities(tmp_path: Path) -> None:
+    pytest.importorskip("llama_cpp")
+    from capjudge import Judge, Sample
+    from capjudge.judges.smoothing import token_text
+    from capjudge.testing.tiny_gguf import build_tiny_llava_gguf
+
+    model, mmproj = build_tiny_llava_gguf(tmp_path / "gguf", seed=0)
+    judge = Judge("vanilla", f"llamacpp:{model}?mmproj={mmproj}&n_ctx=1024&n_threads=2", max_new_tokens=4, method_options={"confidence": "on"}, images_root=str(EXAMPLES / "images"))
+    try:
+        sample = Sample("cats.jpg", "an orange cat and a grey cat are lying together.")
+        got = judge.score(sample)
+        assert got.ok and got.details["confidence_rule"] == "logprobs", got.error
+        # By hand: the printed number's digit tokens (one per token), their ten digits' probabilities
+        # (exact under llama.cpp's softmax), every digit keeping a 0-100 score: independent positions.
+        out = judge.backend.generate([judge.score_request(sample)])[0]
+        assert not isinstance(out, BaseException) and out.text.strip() == got.raw.strip()
+        digits = [s for s in out.steps if token_text(s.token).strip().isdigit()]
+        assert len(digits) == len(got.raw.replace(".", "").strip()) == 2 and got.raw.strip()[1] == "."
+        var, p_printed = 0.0, 1.0
+        for place, step, printed in zip((1.0, 0.1), digits, (got.raw.strip()[0], got.raw.strip()[2]), strict=True):
+            assert step.digits is not None
+            w = [math.exp(lp) for lp in step.digits]
+            p = [x / sum(w) for x in w]
+            mean = sum(d * q for d, q in enumerate(p))
+            var += place**2 * sum(q * (d - mean) ** 2 for d, q in enumerate(p))
+            p_printed *= p[int(printed)]
+        assert abs(got.details["score_sd"] - math.sqrt(var)) < 1e-9 and abs(got.details["confidence"] - p_printed) < 1e-9
+    finally:
+        judge.close()
+
+
+def test_score_without_log_probabilities_the_spread_of_sampled_scores(tmp_path: Path) -> None:
+    sampled = ["Rating: 85", "70", "Rating: 85 points", "no idea"]
+    asked: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def respond(req: Received) -> Reply:
+        if (req.body or {}).get("temperature", 0) != 1:
+            return Reply(body=chat_body("Rating: 85"))  # never any log-probabilities
+        with lock:
+            k = asked[req.prompt_text()] = asked.get(req.prompt_text(), -1) + 1
+        return Reply(body=chat_body(sampled[k % 4]))
+
+    with running_server(responder=respond) as srv:
+        res = run(srv, tmp_path, "score", "vanilla", "--method-option", "confidence=on", "--backend-opt", "estimate_by_sampling=4")
+    vals = [85.0, 70.0, 85.0]
+    mean = sum(vals) / 3
+    assert res and all(r["status"] == "ok" and r["score"] == 85.0 for r in res), [r["error"] for r in res]
+    for r in res:
+        d = r["details"]
+        assert d["confidence_rule"] == "sampling" and abs(d["confidence"] - 2 / 3) < 1e-12
+        assert abs(d["score_sd"] - math.sqrt(sum((v - mean) ** 2 for v in vals) / 3)) < 1e-9
+        assert d["score_distribution"] == [[70.0, 1 / 3], [85.0, 2 / 3]]

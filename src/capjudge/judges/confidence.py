@@ -23,7 +23,10 @@ its answering judges whose verdict is the panel's.
 Scores: ``score_sd``, the standard deviation of the score's distribution at the printed number's
 tokens (:mod:`capjudge.judges.expected`'s distribution, on the method's scale), and ``confidence``,
 the probability of the printed number itself; by sampling, the standard deviation of the sampled
-scores and the share of them equal to the printed one.
+scores and the share of them equal to the printed one. The distribution itself is kept as
+``score_distribution`` (``[value, probability]`` pairs, up to :data:`MAX_STORED_VALUES`). A pair
+by grading: the probability of its verdict under the two captions' distributions (independent):
+P(score A > score B) for ``A``, P(score B > score A) for ``B``, P(equal) for ``tie``.
 
 A record whose confidence cannot be taken says why in ``details.confidence_missing``
 (``confidence`` and ``confidence_rule`` are then ``null``).
@@ -208,7 +211,16 @@ def score_fields_from_distribution(expected: Expected) -> dict[str, Any]:
         return missing("the printed number has too many digits to spell out its distribution")
     mean = sum(v * p for v, p in dist)
     var = sum(p * (v - mean) ** 2 for v, p in dist)
-    return {"confidence": expected.printed_probability, "confidence_rule": LOGPROBS, "score_sd": math.sqrt(max(var, 0.0))}
+    fields = {"confidence": expected.printed_probability, "confidence_rule": LOGPROBS, "score_sd": math.sqrt(max(var, 0.0))}
+    return {**fields, **_stored(dist)}
+
+
+MAX_STORED_VALUES = 1000
+"""The most values of a score's distribution a record keeps (``details.score_distribution``)."""
+
+
+def _stored(dist: Sequence[tuple[float, float]]) -> dict[str, Any]:
+    return {"score_distribution": [[v, p] for v, p in dist]} if len(dist) <= MAX_STORED_VALUES else {}
 
 
 def score_fields_from_samples(scores: Sequence[Any], printed: float | None) -> dict[str, Any]:
@@ -220,7 +232,29 @@ def score_fields_from_samples(scores: Sequence[Any], printed: float | None) -> d
     mean = sum(vals) / len(vals)
     sd = math.sqrt(sum((v - mean) ** 2 for v in vals) / len(vals))
     conf = None if printed is None else sum(math.isclose(v, printed, rel_tol=1e-9, abs_tol=1e-12) for v in vals) / len(vals)
-    return {"confidence": conf, "confidence_rule": SAMPLING, "score_sd": sd}
+    counts: dict[float, int] = {}
+    for v in vals:
+        counts[v] = counts.get(v, 0) + 1
+    return {"confidence": conf, "confidence_rule": SAMPLING, "score_sd": sd, **_stored(sorted((v, c / len(vals)) for v, c in counts.items()))}
+
+
+def graded_fields(a: Mapping[str, Any], b: Mapping[str, Any], verdict: str) -> dict[str, Any]:
+    """A pair record by grading from its two score records' ``details``: the probability of its
+    verdict under the two score distributions taken as independent (``A``: P(score A > score B),
+    ``B``: P(score B > score A), ``tie``: P(equal)), and both scores' ``score_sd``."""
+    dists = []
+    for side, d in (("A", a), ("B", b)):
+        dist = d.get("score_distribution")
+        if not isinstance(dist, list) or not dist:
+            return missing(f"caption {side}'s score has no distribution ({d.get('confidence_missing') or 'too many values to keep'})")
+        dists.append([(float(v), float(p)) for v, p in dist])
+    da, db = dists
+    total = {"A": 0.0, "B": 0.0, "tie": 0.0}
+    for x, p in da:
+        for y, q in db:
+            total["A" if x > y else "B" if y > x else "tie"] += p * q
+    rules = sorted({str(a.get("confidence_rule")), str(b.get("confidence_rule"))})
+    return {"confidence": total[verdict], "confidence_rule": "+".join(rules), "score_sd": [a.get("score_sd"), b.get("score_sd")]}
 
 
 NO_LOGPROBS = "the backend gave no token log-probabilities (estimate_by_sampling=N asks N sampled answers instead)"
@@ -290,6 +324,8 @@ __all__ = [
     "SAMPLING",
     "VerdictProbs",
     "VerdictReader",
+    "MAX_STORED_VALUES",
+    "graded_fields",
     "missing",
     "pair_fields",
     "panel_fields",

@@ -282,6 +282,7 @@ def _graded_result(judge: PairJudge, i: int, p: Pair, item: Any, ra: ScoreResult
             "smoothed": [ra.smoothed, rb.smoothed],
             "cached": [bool(ra.details.get("cached")), bool(rb.details.get("cached"))],
             **({"resumable": True} if any(r.details.get("resumable") for r in (ra, rb)) else {}),
+            **(confidence.graded_fields(ra.details, rb.details, verdict) if judge.method.confidence and verdict is not None else {}),
         },
     )
 
