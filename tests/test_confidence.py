@@ -346,3 +346,30 @@ def test_score_without_log_probabilities_the_spread_of_sampled_scores(tmp_path: 
         assert d["confidence_rule"] == "sampling" and abs(d["confidence"] - 2 / 3) < 1e-12
         assert abs(d["score_sd"] - math.sqrt(sum((v - mean) ** 2 for v in vals) / 3)) < 1e-9
         assert d["score_distribution"] == [[70.0, 1 / 3], [85.0, 2 / 3]]
+
+
+def test_a_reasoning_api_refusing_log_probabilities_is_judged_by_sampling(tmp_path: Path) -> None:
+    from openai_fake_server import reasoning_api
+
+    seq = {True: ["Answer 1", "Answer 1", "Answer 2", "Answer 1"], False: ["Answer 2", "Answer 2", "Answer 2", "Tie"]}
+    seen: dict[str, int] = {}
+    lock = threading.Lock()
+
+    def answer(req: Received) -> str:
+        with lock:  # the greedy answer first, then its 3 sampled copies (the same set in any order)
+            k = seen[req.prompt_text()] = seen.get(req.prompt_text(), -1) + 1
+        return seq[a_first(req)][k % 4]
+
+    with running_server(responder=reasoning_api(answer=answer)) as srv:
+        out = tmp_path / "o4.jsonl"
+        argv = ["compare", "--method", "gpt4v-pairwise", "--backend", f"openai-compatible:{srv.base_url}#o4-mini", "--images", str(EXAMPLES / "images"),
+                "--input", str(EXAMPLES / "pairs.jsonl"), "--out", str(out), "--no-cache", "--quiet", "--method-option", "confidence=on", "--backend-opt", "estimate_by_sampling=3"]
+        assert main(argv) == 0
+        bodies = [r.body or {} for r in srv.received]
+    res = records(out)
+    assert len(bodies) == 2 * 4 * len(PAIRS) and not any("logprobs" in b or "top_logprobs" in b for b in bodies)  # never asked of a reasoning model
+    p1 = {"A": 2 / 3, "B": 1 / 3, "tie": 0.0}
+    p2_shown = {"A": 0.0, "B": 2 / 3, "tie": 1 / 3}
+    want, _ = by_hand(p1, p2_shown, "A")
+    assert res and all(r["status"] == "ok" and r["verdict"] == "A" for r in res), [r["error"] for r in res]
+    assert all(r["details"]["confidence_rule"] == "sampling" and abs(r["details"]["confidence"] - want) < 1e-9 for r in res)
