@@ -336,7 +336,6 @@ class _DualRun:
             # A method with official system turns renders them with the pair's references.
             refs = tuple(p.references) if judge.method.official_system else ()
             add = format_retrying(self.executor.add, judge.method.format_tries, functools.partial(format_ok, judge.method))
-            # confidence=on: the answer's alternatives asked (requests without it keep their cache keys)
             for order, prompt in enumerate(prompts):
                 # confidence=on: the answer's alternatives asked (other requests keep their cache keys)
                 request = judge.request(prompt, prep_a.image, max_new, refs, logprobs=True) if judge.method.confidence else judge.request(prompt, prep_a.image, max_new, refs)
