@@ -181,8 +181,9 @@ class JudgeResults:
 
     @property
     def confidence_rule(self) -> str | None:
-        """The confidence rule of the pair records (``details.confidence``, ``votes``, or
-        ``mixed: ...``); ``None`` for score records."""
+        """The confidence rule of the records (a record's ``details.confidence_rule``,
+        ``details.confidence``, ``votes``, or ``mixed: ...``); ``None`` when no record has one
+        (score records without ``confidence=on``)."""
         rules = Counter(r.rule for r in self.rows.values() if r.rule)
         if not rules:
             return None
