@@ -284,7 +284,7 @@ def test_taken_by_every_plain_scoring_method(name: str) -> None:
 def test_methods_listing_shows_the_option(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["methods", "--json"]) == 0
     rows = {r["method"]: r for r in map(json.loads, capsys.readouterr().out.splitlines())}
-    assert rows["vanilla"]["options"] == {"score": "plain"}
+    assert rows["vanilla"]["options"] == {"confidence": "off", "score": "plain"}  # confidence: tests/test_confidence.py
     assert rows["fleur"]["options"] == {"answer_form": "decimal", "second_decimal": "official"}
 
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from capjudge.backends.base import Completion
+from capjudge.judges.confidence import score_fields
 from capjudge.judges.expected import (
     Printed,
     expected_score,
@@ -230,6 +231,8 @@ def read_answer(method: Method, prep: Prepared, out: Completion, record: Record)
     reasoning cut off by the token budget is an error record."""
     kind = PARSERS.get(method.parser, PARSERS["rules"])
     fa = final_answer(out)
+    if method.confidence:
+        record = with_confidence(method, fa.completion, record)
     if fa.plain:
         return kind.read(method, prep, out, answer_details(method, out), record)
     details = {**answer_details(method, out), **reasoning_details(fa)}
@@ -242,6 +245,18 @@ def read_answer(method: Method, prep: Prepared, out: Completion, record: Record)
         return record(prep, **fields)
 
     return kind.read(method, prep, fa.completion, details, keep_final)
+
+
+def with_confidence(method: Method, out: Completion, record: Record) -> Record:
+    """``record``, adding to each ok record the confidence fields of the answer ``out``
+    (``confidence=on``, :func:`capjudge.judges.confidence.score_fields`)."""
+
+    def make(prep: Prepared, **fields: Any) -> ScoreResult:
+        if fields.get("status", "ok") == "ok" and fields.get("score") is not None:
+            fields["details"] = {**(fields.get("details") or {}), **score_fields(method, out, fields.get("raw_score"))}
+        return record(prep, **fields)
+
+    return make
 
 
 def read_safely(method: Method, prep: Prepared, out: Completion, record: Record) -> ScoreResult:

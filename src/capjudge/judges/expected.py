@@ -82,12 +82,22 @@ class Printed:
         return x if (self.offset, self.slope) == (0.0, 1.0) else self.offset + self.slope * x
 
 
+MAX_DISTRIBUTION_POSITIONS = 4
+"""The most digit positions whose joint distribution is spelled out (10**4 values at most)."""
+
+
 @dataclass(frozen=True)
 class Expected:
-    """An expected score and how it was taken (``details``: the record's ``details.expected``)."""
+    """An expected score and how it was taken (``details``: the record's ``details.expected``).
+    ``distribution``: the score's distribution on the method's scale, ``(value, probability)``
+    sorted by value (per-digit: the positions taken as independent, each value clipped to the
+    scale; empty past :data:`MAX_DISTRIBUTION_POSITIONS` positions); ``printed_probability``: the
+    probability of the printed number itself (renormalised as the expectation is)."""
 
     score: float
     details: dict[str, Any] = field(default_factory=dict)
+    distribution: tuple[tuple[float, float], ...] = ()
+    printed_probability: float | None = None
 
 
 def printed_by_rules(text: str, parsed: ScoreParse, low: float, high: float) -> Printed | str:
@@ -180,7 +190,11 @@ def _one_token(step: TokenStep, printed: Printed) -> Expected | str:
         return f"no alternative at the token {printed.text!r} is a number on the scale"
     mean = sum(float(t) * p for t, p in weights.items()) / mass
     details = {"rule": "one-token", "mass": mass, "alternatives": len(weights), "printed": printed.text, "weights": weights}
-    return Expected(printed.value(mean), details)
+    dist: dict[float, float] = {}
+    for t, p in weights.items():
+        v = printed.value(float(t))
+        dist[v] = dist.get(v, 0.0) + p / mass
+    return Expected(printed.value(mean), details, tuple(sorted(dist.items())), weights.get(printed.text.strip(), 0.0) / mass)
 
 
 def _on_scale(chars: str, k: int, digit: int, int_len: int, printed: Printed) -> bool:
@@ -196,6 +210,8 @@ def _per_digit(steps: Sequence[TokenStep], owner: list[int], offset: list[int], 
     int_len = point if point >= 0 else len(chars)
     total = 0.0
     masses: list[float] = []
+    positions: list[tuple[float, dict[int, float]]] = []  # place value, renormalised digit probabilities
+    printed_p = 1.0
     for k, c in enumerate(chars):
         if not c.isdigit():
             continue
@@ -210,17 +226,39 @@ def _per_digit(steps: Sequence[TokenStep], owner: list[int], offset: list[int], 
             return f"no digit on the scale has a probability at the digit {c!r} of {printed.text!r}"
         total += place * sum(d * probs[d] for d in allowed) / mass
         masses.append(mass)
+        positions.append((place, {d: probs[d] / mass for d in allowed}))
+        printed_p *= probs[int(c)] / mass if int(c) in allowed else 0.0
     details: dict[str, Any] = {"rule": "per-digit", "mass": math.prod(masses), "masses": masses, "positions": len(masses), "printed": printed.text}
     clipped = min(max(total, printed.low), printed.high)
     if clipped != total:
         details["clipped_from"] = printed.value(total)
-    return Expected(printed.value(clipped), details)
+    return Expected(printed.value(clipped), details, _joint(positions, printed), printed_p)
+
+
+def _joint(positions: Sequence[tuple[float, dict[int, float]]], printed: Printed) -> tuple[tuple[float, float], ...]:
+    """The distribution of ``sum(place * digit)`` over independent positions, each value clipped to
+    the printed scale and mapped to the method's (empty past MAX_DISTRIBUTION_POSITIONS positions)."""
+    if len(positions) > MAX_DISTRIBUTION_POSITIONS:
+        return ()
+    dist: dict[float, float] = {0.0: 1.0}
+    for place, probs in positions:
+        nxt: dict[float, float] = {}
+        for v, p in dist.items():
+            for d, q in probs.items():
+                key = round(v + place * d, 9)  # place values of 0.1, 0.01: one key per printed number
+                nxt[key] = nxt.get(key, 0.0) + p * q
+        dist = nxt
+    out: dict[float, float] = {}
+    for v, p in dist.items():
+        key = printed.value(min(max(v, printed.low), printed.high))
+        out[key] = out.get(key, 0.0) + p
+    return tuple(sorted(out.items()))
 
 
 def estimate_parser(method: Method) -> Callable[[str], float | None]:
     """How the sampling estimate reads a sampled answer: the method's own reader on its scale
     (FLEUR's smoothing methods: :func:`capjudge.judges.sampling.fleur_score`, as before)."""
-    if method.smoothing or not method.expected_score:
+    if method.smoothing or not (method.expected_score or method.confidence):
         return fleur_score
     if method.parser == "first-integer":
         return first_integer

@@ -191,11 +191,11 @@ class Judge:
         kind (:data:`capjudge.judges.answers.PARSERS`); a parser failure is an error record."""
         return read_safely(self.method, prep, out, self.record)
 
-    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int, references: Sequence[str] = ()) -> Request:
+    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int, references: Sequence[str] = (), *, logprobs: bool = False) -> Request:
         """A request at the method's temperature (greedy unless ``--method-option temperature=``
         says otherwise): the judge's system turn (a method's official one rendered with
-        ``references``), then ``prompt`` with ``image``."""
-        return self.requests.request(prompt, image, max_new_tokens, references)
+        ``references``), then ``prompt`` with ``image``; ``logprobs``: token alternatives asked."""
+        return self.requests.request(prompt, image, max_new_tokens, references, logprobs=logprobs)
 
     def score_request(self, sample: Sample | dict[str, Any], index: int = 0) -> Request:
         """The request a one-step scoring method sends for ``sample`` (what backend parity checks

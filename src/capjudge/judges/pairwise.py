@@ -19,13 +19,14 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections import deque
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from capjudge.backends.base import Backend, Completion, Request
 from capjudge.backends.faults import failure_details
 from capjudge.images import LoadedImage
+from capjudge.judges import confidence
 from capjudge.judges.dispatch import (
     Answer,
     BatchExecutor,
@@ -36,6 +37,7 @@ from capjudge.judges.dispatch import (
 from capjudge.judges.invariants import pair_problem
 from capjudge.judges.reasoning import cut_off_message, final_answer, reasoning_details
 from capjudge.judges.records import bound_raw_fields, cached_note, caption_words
+from capjudge.judges.sampling import wants_estimate
 from capjudge.judges.scoring import ImageMemo, read_windows
 from capjudge.judges.steps import FORMAT_RETRIES, format_retrying
 from capjudge.judges.voting import dual_sided_vote, flip, seeded_first, verdict_from_scores
@@ -80,9 +82,9 @@ class PairJudge(Protocol):
         """Check a caption and load its image (``images`` memoises loads)."""
         ...
 
-    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int, references: Sequence[str] = ()) -> Request:
+    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int, references: Sequence[str] = (), *, logprobs: bool = False) -> Request:
         """A request with the judge's system turn (a method's official one rendered with
-        ``references``), the image and ``prompt``."""
+        ``references``), the image and ``prompt`` (``logprobs``: the token alternatives asked)."""
         ...
 
     def score_stream(self, samples: Iterable[Sample]) -> Iterator[tuple[int, ScoreResult]]:
@@ -280,6 +282,7 @@ def _graded_result(judge: PairJudge, i: int, p: Pair, item: Any, ra: ScoreResult
             "smoothed": [ra.smoothed, rb.smoothed],
             "cached": [bool(ra.details.get("cached")), bool(rb.details.get("cached"))],
             **({"resumable": True} if any(r.details.get("resumable") for r in (ra, rb)) else {}),
+            **(confidence.graded_fields(ra.details, rb.details, verdict) if judge.method.confidence and verdict is not None else {}),
         },
     )
 
@@ -331,10 +334,31 @@ class _DualRun:
             got: list[Answer | None] = [None] * len(prompts)
             max_new = judge.method.max_new_tokens if judge.method.pairwise else 256
             # A method with official system turns renders them with the pair's references.
-            refs = {"references": tuple(p.references)} if judge.method.official_system else {}
+            refs = tuple(p.references) if judge.method.official_system else ()
             add = format_retrying(self.executor.add, judge.method.format_tries, functools.partial(format_ok, judge.method))
             for order, prompt in enumerate(prompts):
-                add(judge.request(prompt, prep_a.image, max_new, **refs), functools.partial(self._answered, i, p, item, got, order, prep_a.image))
+                # confidence=on: the answer's alternatives asked (other requests keep their cache keys)
+                request = judge.request(prompt, prep_a.image, max_new, refs, logprobs=True) if judge.method.confidence else judge.request(prompt, prep_a.image, max_new, refs)
+                add(request, self._sampled(request, functools.partial(self._answered, i, p, item, got, order, prep_a.image)))
+
+    def _sampled(self, request: Request, then: Callable[[Answer], None]) -> Callable[[Answer], None]:
+        """``then``, preceded for an answer without log-probabilities by the judge's sampled copies
+        of ``request`` (``confidence=on`` with ``estimate_by_sampling=N``: their verdicts)."""
+        n = int(getattr(self.judge, "estimate_samples", 0) or 0)
+        if not (self.judge.method.confidence and n):
+            return then
+
+        def answered(out: Answer) -> None:
+            if isinstance(out, Completion) and wants_estimate(request, out, n):
+                confidence.ask_verdicts(self.executor.add, request, out, n, then, self.read)
+            else:
+                then(out)
+
+        return answered
+
+    def read(self, text: str) -> Any:
+        """The method's verdict of ``text`` (on the captions as shown)."""
+        return read_verdict(self.judge.method, text)[0]
 
     def _answered(self, i: int, p: Pair, item: Any, got: list[Answer | None], order: int, image: LoadedImage, out: Answer) -> None:
         got[order] = out
@@ -362,6 +386,7 @@ class _DualRun:
             self._error(i, p, item, f"pair {p.id or i}: the {which} order's answer: {cut_off_message(cut[0])}", raw=[t1, t2], details={**more, REASONING_CUT_OFF: True})
             return
         (v1, why1), (v2, why2) = read_verdict(self.judge.method, f1.completion.text), read_verdict(self.judge.method, f2.completion.text)
+        shown = (v1, v2)
         v2 = flip(v2)
         votes = [v1, v2]
         retried = [list((o.meta or {}).get(FORMAT_RETRIES) or []) for o in (o1, o2)]
@@ -380,7 +405,12 @@ class _DualRun:
         resized = image.downscale_details()
         if resized is not None:  # the picture was above the pixel limit
             details["image_downscaled"] = resized
-        result = _pair_result(self.judge, i, p, item, "pairwise", verdict=dual_sided_vote(v1, v2), votes=votes, raw=[t1, t2], details=details)
+        verdict = dual_sided_vote(v1, v2)
+        if self.judge.method.confidence:
+            first = confidence.order_probs(o1, f1.completion.steps, self.read, str(shown[0]))
+            second = confidence.order_probs(o2, f2.completion.steps, self.read, str(shown[1]))
+            details.update(confidence.pair_fields([first, second if isinstance(second, str) else second.flipped()], verdict))
+        result = _pair_result(self.judge, i, p, item, "pairwise", verdict=verdict, votes=votes, raw=[t1, t2], details=details)
         self.done.append((i, result))
 
 
@@ -448,6 +478,9 @@ class _SingleRun(_DualRun):
         resized = image.downscale_details()
         if resized is not None:
             details["image_downscaled"] = resized
+        if self.judge.method.confidence:
+            got_probs = confidence.order_probs(out, f.completion.steps, self.read, str(shown))
+            details.update(confidence.pair_fields([got_probs.flipped() if first == "B" and not isinstance(got_probs, str) else got_probs], vote))
         self.done.append((i, _pair_result(self.judge, i, p, item, "single", verdict=vote, votes=[vote], raw=[f.raw], details=details)))
 
 

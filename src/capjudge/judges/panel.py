@@ -32,7 +32,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from capjudge.backends import kinds
-from capjudge.judges import pairwise
+from capjudge.judges import confidence, pairwise
 from capjudge.judges.dispatch import in_input_order
 from capjudge.judges.invariants import checked_score
 from capjudge.judges.judge import Judge
@@ -248,6 +248,8 @@ class Panel:
                 if res.scores is not None:
                     entry["scores"] = list(res.scores)
             details = res.details if res is not None else {}
+            if "confidence" in details:  # confidence=on: each judge's own
+                entry["confidence"] = details["confidence"]
             entry["cached"] = _all_cached(details.get("cached"))
             if details.get("resumable"):
                 entry["resumable"] = True
@@ -279,6 +281,9 @@ class Panel:
                 if checked is not None and not low <= checked <= high:
                     details["outside_scale"] = True
                 fields.update(score=checked, status="ok", smoothed=all(r.smoothed for r in oks))
+                if self.method.confidence:  # the judges' spread, the share that gave the panel's score
+                    details.update(confidence.score_fields_from_samples(scores, checked))
+                    details["confidence_rule"] = confidence.PANEL
             else:
                 fields["error"] = f"panel: {problem}"
         else:
@@ -332,6 +337,8 @@ class Panel:
             verdict = leaders[0] if len(leaders) == 1 else "tie"
             details["panel_tie"] = len(leaders) > 1
             status = "ok"
+            if self.method.confidence:
+                details.update(confidence.panel_fields(verdict, verdicts))
         else:
             error, more = self._shortfall(entries, len(verdicts))
             details.update(more)

@@ -107,10 +107,11 @@ class RequestBuilder:
         assert prep.image is not None
         return Request(self.messages(prompt, prep.image), self.config(method.max_new_tokens, method.reads_logprobs, method.temperature))
 
-    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int, references: Sequence[str] = ()) -> Request:
+    def request(self, prompt: str, image: LoadedImage, max_new_tokens: int, references: Sequence[str] = (), *, logprobs: bool = False) -> Request:
         """A request at the method's temperature: the system turn (an official one rendered with
-        ``references``), then ``prompt`` with ``image``."""
-        return Request(self.messages(prompt, image, references=references), self.config(max_new_tokens, False, self.method.temperature))
+        ``references``), then ``prompt`` with ``image``; ``logprobs``: the answer's alternatives
+        asked (a pair verdict's confidence, ``confidence=on``)."""
+        return Request(self.messages(prompt, image, references=references), self.config(max_new_tokens, logprobs, self.method.temperature))
 
     def context_request(self, prompt: str, image: LoadedImage) -> Request:
         """A two-step method's first step (asked once per image)."""

@@ -179,6 +179,7 @@ OPTION_CHOICES: dict[str, tuple[str, ...]] = {
     "no_number": ("error", "zero"),
     "answer_form": ("decimal", "spaced"),
     "score": ("plain", "expected"),
+    "confidence": ("off", "on"),
 }
 """Method options with a fixed set of values (``temperature`` takes a number)."""
 
@@ -186,6 +187,13 @@ SCORE_OPTION = "score"
 """``score=plain|expected`` (every scoring method with a plain numeric score; not a default of any
 method, so that records without it stay as they were): ``expected`` weights the printed number by
 its token probabilities (:mod:`capjudge.judges.expected`)."""
+
+CONFIDENCE_OPTION = "confidence"
+"""``confidence=off|on`` (pairwise methods answered in one request per order, and the methods that
+take ``score``; not a default of any method, so that records without it stay as they were): ``on``
+asks the answer's token log-probabilities and writes ``details.confidence`` and
+``details.confidence_rule`` (scores: ``details.score_sd`` too) on every record
+(:mod:`capjudge.judges.confidence`)."""
 
 FREE_OPTIONS: frozenset[str] = frozenset({"vqa_dir", "questions", "captioned"}) | {"annotations", "oracle_facts"}
 """Method options that take any text (``vqa_dir``: the folder of CapMAS's per-image question files;
@@ -287,12 +295,16 @@ class Method:
     def option_names(self) -> list[str]:
         """The method options this method takes (``temperature`` always; others by method)."""
         extra = {SCORE_OPTION} if self.score_option_refusal() is None else set()
+        if self.confidence_option_refusal() is None:
+            extra.add(CONFIDENCE_OPTION)
         return sorted({*self.options, "temperature", *extra})
 
     def option_defaults(self) -> dict[str, Any]:
         """The method's options with their defaults, as ``capjudge methods`` shows them (``score``
         is ``plain`` where the method takes it, without being written into records)."""
         extra = {SCORE_OPTION: "plain"} if self.score_option_refusal() is None and SCORE_OPTION not in self.options else {}
+        if self.confidence_option_refusal() is None and CONFIDENCE_OPTION not in self.options:
+            extra[CONFIDENCE_OPTION] = "off"
         return {k: v for k, v in sorted({**self.options, **extra}.items())}
 
     def score_option_refusal(self) -> str | None:
@@ -313,6 +325,23 @@ class Method:
             )
         return None
 
+    def confidence_option_refusal(self) -> str | None:
+        """Why this method takes no ``confidence`` option (``None``: it takes it): pairwise methods
+        answered in one request per order, and the methods that take ``score``."""
+        if self.pairwise and self.pipeline is None:
+            return None
+        if not self.pairwise and self.score_option_refusal() is None:
+            return None
+        return (
+            f"method {self.name!r} has no option 'confidence': it takes a pairwise verdict or a plain printed "
+            "score (capjudge.judges.confidence), and this method's answer is neither"
+        )
+
+    @property
+    def confidence(self) -> bool:
+        """``confidence=on``: every record carries the judgment's confidence (:mod:`capjudge.judges.confidence`)."""
+        return self.options.get(CONFIDENCE_OPTION) == "on"
+
     @property
     def expected_score(self) -> bool:
         """``score=expected``: the score is the probability-weighted value of the printed number."""
@@ -320,8 +349,9 @@ class Method:
 
     @property
     def reads_logprobs(self) -> bool:
-        """The scoring request asks for token log-probabilities (FLEUR smoothing, ``score=expected``)."""
-        return self.smoothing or self.expected_score
+        """The scoring request asks for token log-probabilities (FLEUR smoothing, ``score=expected``,
+        ``confidence=on``)."""
+        return self.smoothing or self.expected_score or self.confidence
 
     def configure(self, options: Mapping[str, Any] | None = None) -> Method:
         """A copy with method options set, checked.
@@ -359,8 +389,8 @@ class Method:
             if name in FREE_OPTIONS and name in self.options:
                 merged[name] = str(value)
                 continue
-            if name == SCORE_OPTION and name not in self.options:
-                refusal = self.score_option_refusal()
+            if name in (SCORE_OPTION, CONFIDENCE_OPTION) and name not in self.options:
+                refusal = self.score_option_refusal() if name == SCORE_OPTION else self.confidence_option_refusal()
                 if refusal is not None:
                     raise MethodOptionError(refusal)
             elif name not in self.options:

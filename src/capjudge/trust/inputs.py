@@ -9,11 +9,15 @@ Results: capjudge's results JSONL (score records and pair records, :mod:`capjudg
 ``id``; records with ``status: "error"`` are counted as failed and left out. The confidence of a
 pair record, and the rule it came from (``confidence_rule``):
 
-- ``details.confidence`` when the record has it (a number in [0, 1]);
+- ``details.confidence`` when the record has it (a number in [0, 1]), its rule the record's
+  ``details.confidence_rule`` (``logprobs``, ``sampling``, ``panel``, ...: method option
+  ``confidence=on``, :mod:`capjudge.judges.confidence`) or ``details.confidence`` when it names none;
 - else ``votes``: the share of the record's votes that equal its verdict, when it has two votes
   or more (a dual-sided run: 1.0 when both orders agree; 0.0 when they part and the verdict is a
   tie that neither order said). A record with one vote and no ``details.confidence`` has no
   confidence: a bad row.
+
+Score records keep their ``details.confidence`` and ``details.score_sd`` when they carry them.
 
 A bad row (not JSON, not an object, no usable ``id``, an ``id`` twice, a value of the wrong kind) is
 a problem naming the file, the line and the cause; the other rows are kept.
@@ -143,8 +147,9 @@ def _lines(path: str | Path) -> list[tuple[int, Any, str | None]]:
 @dataclass(frozen=True)
 class JudgeRow:
     """One ok record: ``value`` its score (score records) or verdict (pair records), its
-    ``confidence`` and ``rule`` (pair records), the record's ``scale``, ``image`` (for clustering)
-    and the ``cost_usd`` / ``tokens`` it reports (``None``: not said)."""
+    ``confidence`` and ``rule`` (pair records; score records: when they carry one), the record's
+    ``scale``, ``image`` (for clustering), the ``cost_usd`` / ``tokens`` it reports (``None``: not
+    said) and a score's ``score_sd`` (``details.score_sd``)."""
 
     id: str
     value: float | str
@@ -154,6 +159,7 @@ class JudgeRow:
     scale: tuple[float, float] | None = None
     cost_usd: float | None = None
     tokens: int | None = None
+    score_sd: float | None = None
 
 
 @dataclass
@@ -175,8 +181,9 @@ class JudgeResults:
 
     @property
     def confidence_rule(self) -> str | None:
-        """The confidence rule of the pair records (``details.confidence``, ``votes``, or
-        ``mixed: ...``); ``None`` for score records."""
+        """The confidence rule of the records (a record's ``details.confidence_rule``,
+        ``details.confidence``, ``votes``, or ``mixed: ...``); ``None`` when no record has one
+        (score records without ``confidence=on``)."""
         rules = Counter(r.rule for r in self.rows.values() if r.rule)
         if not rules:
             return None
@@ -228,7 +235,8 @@ def pair_confidence(rec: dict[str, Any], details: dict[str, Any]) -> tuple[float
         c = _number(given)
         if c is None or not 0.0 <= c <= 1.0:
             raise ValueError(f"details.confidence {given!r} is not a number in [0, 1]")
-        return c, "details.confidence"
+        rule = details.get("confidence_rule")
+        return c, rule if isinstance(rule, str) and rule else "details.confidence"
     votes = [v for v in (rec.get("votes") or []) if isinstance(v, str)]
     if rec.get("mode", "pairwise") == "grading":
         raise ValueError("a grading record (two scores) has no confidence: give details.confidence")
@@ -296,4 +304,11 @@ def _row(kind: str, key: str, rec: dict[str, Any], details: dict[str, Any], imag
     sc = None
     if isinstance(scale, list) and len(scale) == 2 and all(_number(v) is not None for v in scale):
         sc = (float(scale[0]), float(scale[1]))
-    return JudgeRow(key, score, image, None, None, sc, cost, tokens)
+    score_conf, score_rule = _number(details.get("confidence")), details.get("confidence_rule")
+    if score_conf is not None and not 0.0 <= score_conf <= 1.0:
+        raise ValueError(f"details.confidence {details.get('confidence')!r} is not a number in [0, 1]")
+    sd = _number(details.get("score_sd"))
+    if sd is not None and sd < 0.0:
+        raise ValueError(f"details.score_sd {details.get('score_sd')!r} is negative")
+    named = (score_rule if isinstance(score_rule, str) and score_rule else "details.confidence") if score_conf is not None else None
+    return JudgeRow(key, score, image, score_conf, named, sc, cost, tokens, sd)
