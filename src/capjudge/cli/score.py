@@ -26,6 +26,12 @@ from capjudge.cli.common import (
 )
 from capjudge.cli.html import add_html_option
 from capjudge.cli.serve import command_method, remote_judge
+from capjudge.cli.trust_common import (
+    add_calibration_option,
+    add_human_option,
+    check_human,
+    load_calibration,
+)
 from capjudge.errors import UsageError
 
 
@@ -38,6 +44,8 @@ def register(sub: Any) -> None:
     add_resume(p)
     batch.add_batch_options(p)
     add_html_option(p)
+    add_calibration_option(p)
+    add_human_option(p)
     p.add_argument("--vqa-dir", default=None, metavar="DIR", help="capmas-coverage: the folder of CapMAS's question files, one <image file stem>.json per image ({\"questions\": [...], \"answers\": [...]})")
     scale = p.add_argument_group("many judges at once through Ray (pip install 'capjudge[ray]'; docs/ray.md)")
     scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS", help="judge on Ray actors, one judge (one model) each: a running cluster's ADDRESS (auto, HOST:6379, ray://HOST:10001), or none for $RAY_ADDRESS or a local instance")
@@ -67,6 +75,8 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.limit is not None:
         rows = rows[: args.limit]
     _check_ray_args(args)
+    calibration: Any = load_calibration(args.calibration, method, "score")  # exit 2: another method or scale
+    check_human(args.human, args.human_alpha)
     t0 = time.perf_counter()
     with (remote_judge(args) if args.remote else make_judge(args, method)) as judge, _score_stream(args, judge, method) as stream:
         # The judge's method has its options applied: score=expected reads log-probabilities too.
@@ -82,7 +92,8 @@ def cmd_score(args: argparse.Namespace) -> int:
             for kept in kept_results(plan, ScoreResult):
                 tally.add(kept)
             bar = progress_of(f"{method.name} on {judge.backend_spec}", args.quiet)
-            for _, res in run_rows(judge.backend, rows, plan, stream, out=args.out, bad_row=lambda row: bad_row_result(row, method, judge), progress=bar, digest=digest):
+            made = calibration.stream(stream) if calibration is not None else stream
+            for _, res in run_rows(judge.backend, rows, plan, made, out=args.out, bad_row=lambda row: bad_row_result(row, method, judge), progress=bar, digest=digest):
                 tally.add(res)
         usage = usage_rows(judge)
     if not args.quiet:
@@ -103,6 +114,10 @@ def cmd_score(args: argparse.Namespace) -> int:
             from capjudge.cli.panel import print_panel
 
             print_panel(con, judge, args.out)
+    if args.human:
+        from capjudge.cli.trust_common import human_summary
+
+        human_summary("score", args.out, args.human, args.human_alpha)
     html_report(args)
     return finish(tally)
 

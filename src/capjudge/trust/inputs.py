@@ -144,7 +144,8 @@ def _lines(path: str | Path) -> list[tuple[int, Any, str | None]]:
 class JudgeRow:
     """One ok record: ``value`` its score (score records) or verdict (pair records), its
     ``confidence`` and ``rule`` (pair records), the record's ``scale``, ``image`` (for clustering)
-    and the ``cost_usd`` / ``tokens`` it reports (``None``: not said)."""
+    the ``cost_usd`` / ``tokens`` it reports (``None``: not said) and, for score records, the
+    ``details.calibration.calibrated`` value a ``--calibration`` run added (``None``: none)."""
 
     id: str
     value: float | str
@@ -154,6 +155,7 @@ class JudgeRow:
     scale: tuple[float, float] | None = None
     cost_usd: float | None = None
     tokens: int | None = None
+    calibrated: float | None = None
 
 
 @dataclass
@@ -167,6 +169,15 @@ class JudgeResults:
     problems: list[str] = field(default_factory=list)
     methods: Counter[str] = field(default_factory=Counter)
     backends: Counter[str] = field(default_factory=Counter)
+    modes: Counter[str] = field(default_factory=Counter)
+    templates: Counter[str] = field(default_factory=Counter)
+
+    def run(self) -> dict[str, Any]:
+        """How the judge was run, as its records say (the most common of each): ``backend`` (as
+        records show it, secrets masked), ``method``, ``mode`` (pair records), ``template_hash``,
+        and the ``results`` file."""
+        top = {k: (c.most_common(1)[0][0] if c else None) for k, c in (("backend", self.backends), ("method", self.methods), ("mode", self.modes), ("template_hash", self.templates))}
+        return {**top, "results": self.path}
 
     @property
     def name(self) -> str:
@@ -272,6 +283,9 @@ def read_results(path: str | Path) -> JudgeResults:
         image = str(rec.get("image") or key)
         out.methods[str(rec.get("method"))] += 1
         out.backends[str(rec.get("backend"))] += 1
+        out.templates[str(rec.get("template_hash"))] += 1
+        if kind == "pair":
+            out.modes[str(rec.get("mode") or "pairwise")] += 1
         try:
             out.rows[key] = _row(kind, key, rec, details, image, cost, tokens)
         except ValueError as exc:
@@ -296,4 +310,6 @@ def _row(kind: str, key: str, rec: dict[str, Any], details: dict[str, Any], imag
     sc = None
     if isinstance(scale, list) and len(scale) == 2 and all(_number(v) is not None for v in scale):
         sc = (float(scale[0]), float(scale[1]))
-    return JudgeRow(key, score, image, None, None, sc, cost, tokens)
+    cal = details.get("calibration")
+    calibrated = _number(cal.get("calibrated")) if isinstance(cal, dict) else None
+    return JudgeRow(key, score, image, None, None, sc, cost, tokens, calibrated)

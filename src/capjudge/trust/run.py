@@ -14,7 +14,7 @@ judge answered and people labelled, and applies it to them and to the ids withou
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -138,6 +138,7 @@ def cascade_report(judges: Sequence[str], human: str, *, alpha: float, delta: fl
         plan = csc.calibrate(conf, pred, labels, alpha, delta, names=names, rule=rule, grid=grid, min_samples=min_samples, cost_per_judgment=costs)
     except ValueError as exc:  # the official rule stops where too few samples reach the first judge
         raise TrustInputError(f"{human}: {len(labelled)} labelled ids: {exc}") from None
+    plan = replace(plan, runs=[f.run() for f in files])
     out = csc.apply(plan, conf, pred, labels)
     data: dict[str, Any] = {
         "human": human,

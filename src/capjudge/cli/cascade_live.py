@@ -1,0 +1,132 @@
+"""``capjudge compare --cascade PLAN``: a saved cascade plan run live (:mod:`capjudge.trust.live`).
+
+The plan names its judges (backend spec, method, mode: ``capjudge cascade --save`` writes them from
+the records); ``--backend``, ``--panel``, ``--method``, ``--mode``, ``--order``, ``--remote``,
+``--batch``, ``--calibration`` do not go with it (exit 2), nor a ``--out`` that already holds records
+(no resume yet: ``--overwrite`` or a new file). Exit codes as ``compare``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from capjudge.errors import UsageError
+
+
+def _check(args: argparse.Namespace) -> None:
+    given = [flag for flag, v in (("--backend", getattr(args, "backend", None) or getattr(args, "backends", None)), ("--panel", getattr(args, "panel", None)), ("--remote", getattr(args, "remote", None)), ("--batch", getattr(args, "batch", None)), ("--calibration", getattr(args, "calibration", None))) if v]
+    if args.method not in (None, "gpt4v-pairwise"):
+        given.append("--method")
+    if args.mode != "auto":
+        given.append("--mode")
+    if args.order != "dual":
+        given.append("--order")
+    if given:
+        raise UsageError(f"--cascade runs the plan's judges as the plan says: {', '.join(given)} do not go with it")
+    out = Path(args.out)
+    if out.is_file() and out.stat().st_size and not args.overwrite:
+        raise UsageError(f"--cascade does not resume yet: {args.out} holds records; give --overwrite or a new --out")
+
+
+def _preflight(args: argparse.Namespace, backends: list[str]) -> None:
+    """``compare``'s checks before any judge is built, each of the plan's backends included."""
+    from capjudge.cli.common import backend_options, hold_out_lock
+    from capjudge.preflight import (
+        check_backend,
+        check_columns,
+        check_images,
+        check_input,
+        check_output,
+    )
+
+    check_input(args.input, "input file")
+    check_columns(args.input, ("image", "caption_a", "caption_b"))
+    check_images(args.images)
+    for flag, path in (("--out", args.out), ("--html", args.html)):
+        if path is not None:
+            check_output(path, inputs=[args.input], what=flag)
+    if args.html is not None and Path(args.html).resolve() == Path(args.out).resolve():
+        raise UsageError(f"--html {args.html!r} is the --out results file: write the report elsewhere")
+    for spec in backends:
+        check_backend(spec, backend_options(args))
+    check_output(args.out, what="--out", kind="pair")
+    if args.html is not None:
+        check_output(args.html, what="--html", kind="html")
+    hold_out_lock(args, args.out)
+
+
+def cmd_cascade_compare(args: argparse.Namespace) -> int:
+    """Run the plan's judges over ``--input`` and write one record per pair (module docstring)."""
+    from capjudge.cli.common import (
+        console,
+        finish,
+        judge_kwargs,
+        progress_of,
+        summary_table,
+        usage_rows,
+    )
+    from capjudge.inputcheck import load_items
+    from capjudge.judges.judge import Judge
+    from capjudge.judges.pairwise import run_fields
+    from capjudge.runner import ResumePlan, run_rows
+    from capjudge.summary import RunTally
+    from capjudge.trust.live import LiveCascade, load_plan
+    from capjudge.types import PairResult
+
+    _check(args)
+    try:
+        plan, digest = load_plan(args.cascade)
+    except ValueError as exc:
+        raise UsageError(f"--cascade {exc}") from None
+    _preflight(args, [str(run["backend"]) for run in plan.runs])
+    rows = load_items(args.input, pairs=True)
+    if args.limit is not None:
+        rows = rows[: args.limit]
+    tally = RunTally(method="cascade")
+    t0 = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        judges = []
+        for jt, run in zip(plan.judges, plan.runs):
+            try:
+                judge = stack.enter_context(Judge(run["method"], run["backend"], **judge_kwargs(args)))
+            except ValueError as exc:
+                raise UsageError(f"--cascade {args.cascade}: judge {jt.name!r} ({run['backend']}): {exc}") from None
+            want, now = run.get("template_hash"), run_fields(judge, run.get("mode"))["template_hash"]
+            if want and want != now:
+                raise UsageError(f"--cascade {args.cascade}: judge {jt.name!r} was calibrated with template {want}, {run['method']} now has {now}: calibrate again")
+            judges.append(judge)
+        live = LiveCascade(plan, judges, plan_file=Path(args.cascade).name, plan_digest=digest, seed=args.seed)
+        first = judges[0]
+
+        def bad_row(row: Any) -> PairResult:
+            return PairResult(image="", caption_a="", caption_b="", verdict=None, method=str(plan.runs[0]["method"]), backend=first.backend_spec, model=first.backend.model, template_hash=first.method.template_hash, status="error", error=row.error, id=row.id or str(row.line))
+
+        bar = progress_of(f"cascade of {len(judges)} judges", args.quiet)
+        for _, res in run_rows(first.backend, rows, ResumePlan(), live.stream, out=args.out, bad_row=bad_row, progress=bar):
+            if not (res.details or {}).get("cascade", {}).get("abstained"):
+                tally.add(res)
+        usage = [[(f"{jt.name}: {k}", v) for k, v in usage_rows(j)] for jt, j in zip(plan.judges, judges)]
+    summary = live.summary()
+    if not args.quiet:
+        table: list[tuple[str, str]] = [("plan", f"{args.cascade} (risk <= {plan.alpha} with probability >= {1 - plan.delta:.2f}, rule {plan.rule})")]
+        for jt, run, t, u in zip(plan.judges, plan.runs, summary["judges"], usage):
+            thr = "never" if jt.threshold is None else f"{jt.threshold:.4f}"
+            table.append((f"{jt.name}", f"{run['backend']}, threshold {thr}: asked {t['asked']}, decided {t['decided']}, failed {t['failed']}"))
+            table.extend(u)
+        cov = summary["coverage"]
+        table += [
+            ("A / B / tie (decided)", f"{tally.verdicts['A']} / {tally.verdicts['B']} / {tally.verdicts['tie']}"),
+            ("abstained (ask a person)", str(summary["abstained"])),
+            ("coverage", "-" if cov is None else f"{cov:.3f}"),
+            ("seconds", f"{time.perf_counter() - t0:.1f}"),
+            ("results", str(args.out)),
+        ]
+        console(stderr=False).print(summary_table("capjudge compare --cascade", table))
+    from capjudge.cli.score import html_report
+
+    html_report(args)
+    return finish(tally)
