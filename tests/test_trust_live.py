@@ -158,7 +158,8 @@ def test_live_cascade_reads_details_confidence_and_escalates_failures() -> None:
                 self.seen.append(p["id"])
                 verdict, conf = self.answers[p["id"]]
                 status = "ok" if verdict else "error"
-                yield k, PairResult("i.jpg", "a", "b", verdict, "m", "x", "x", "t", mode="single", votes=[verdict], status=status, id=p["id"], details={} if conf is None else {"confidence": conf})
+                details = {"usage": {"prompt_tokens": 100, "completion_tokens": 2}, "cost_usd": 0.25}
+                yield k, PairResult("i.jpg", "a", "b", verdict, "m", "x", "x", "t", mode="single", votes=[verdict], status=status, id=p["id"], details=details if conf is None else {**details, "confidence": conf})
 
     a = Fake({"1": ("A", 0.9), "2": ("B", 0.7), "3": (None, None), "4": ("A", 0.1)})
     b = Fake({"2": ("A", 0.6), "3": ("B", 0.55), "4": ("B", 0.2)})
@@ -168,7 +169,10 @@ def test_live_cascade_reads_details_confidence_and_escalates_failures() -> None:
     assert [got[k].details["cascade"]["decided_by"] for k in range(4)] == ["a", "b", "b", None]
     assert [got[k].verdict for k in range(3)] == ["A", "A", "B"]
     assert got[2].details["cascade"]["asked"][0]["status"] == "error"
-    assert live.summary()["abstained"] == 1 and live.summary()["coverage"] == 0.75
+    summary = live.summary()
+    assert summary["abstained"] == 1 and summary["coverage"] == 0.75
+    assert [(j["asked"], j["decided"], j["failed"], j["tokens"], j["cost_usd"]) for j in summary["judges"]] == [(4, 1, 1, 408, 1.0), (3, 2, 0, 306, 0.75)]
+    assert got[0].details["cascade"]["asked"] == [{"name": "a", "backend": "x", "verdict": "A", "confidence": 0.9, "status": "ok", "usage": {"prompt_tokens": 100, "completion_tokens": 2}, "tokens": 102, "cost_usd": 0.25}]
 
 
 def test_a_plan_that_cannot_run_live_is_a_usage_error(tmp_path: Path, cascade_run: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:

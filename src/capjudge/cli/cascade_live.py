@@ -115,7 +115,9 @@ def cmd_cascade_compare(args: argparse.Namespace) -> int:
         table: list[tuple[str, str]] = [("plan", f"{args.cascade} (risk <= {plan.alpha} with probability >= {1 - plan.delta:.2f}, rule {plan.rule})")]
         for jt, run, t, u in zip(plan.judges, plan.runs, summary["judges"], usage):
             thr = "never" if jt.threshold is None else f"{jt.threshold:.4f}"
-            table.append((f"{jt.name}", f"{run['backend']}, threshold {thr}: asked {t['asked']}, decided {t['decided']}, failed {t['failed']}"))
+            spent = "" if t["cost_usd"] is None else f", ${t['cost_usd']:.4f}"
+            tokens = "" if t["tokens"] is None else f", {t['tokens']} tokens"
+            table.append((f"{jt.name}", f"{run['backend']}, threshold {thr}: asked {t['asked']}, decided {t['decided']}, failed {t['failed']}{tokens}{spent}"))
             table.extend(u)
         cov = summary["coverage"]
         table += [

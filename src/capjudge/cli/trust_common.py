@@ -1,5 +1,6 @@
-"""What ``capjudge calibrate`` and ``capjudge cascade`` share: the ``--save`` check, bad rows on
-stderr."""
+"""What the trust options share: ``calibrate`` / ``cascade``'s ``--save`` check and bad rows on
+stderr; ``score`` / ``compare``'s ``--calibration FILE`` (checked before any request); ``score`` /
+``arena``'s ``--human LABELS`` summary (docs/trust.md, "In the running commands")."""
 
 from __future__ import annotations
 

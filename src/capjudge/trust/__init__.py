@@ -7,8 +7,11 @@ the isotonic map to the human scale and its calibration file), :mod:`~capjudge.t
 :mod:`~capjudge.trust.ppi` (prediction-powered means: PPI, PPI++, classical, judge-only; clustered
 intervals), :mod:`~capjudge.trust.ppi_bt` (Bradley-Terry strengths by prediction-powered logistic
 regression), :mod:`~capjudge.trust.inputs` (results files and human labels joined by id, the
-confidence of a pair record) and :mod:`~capjudge.trust.run` (what ``capjudge calibrate`` and
-``capjudge cascade`` compute). numpy and scipy only; nothing is imported until used.
+confidence of a pair record), :mod:`~capjudge.trust.run` (what ``capjudge calibrate`` and
+``capjudge cascade`` compute), :mod:`~capjudge.trust.apply` (a calibration file on records as they are
+made: ``score|compare --calibration``), :mod:`~capjudge.trust.live` (a cascade plan run live:
+``compare --cascade``) and :mod:`~capjudge.trust.system` (``score|arena --human``: the run's numbers
+corrected by human labels). numpy and scipy only; nothing is imported until used.
 """
 
 from __future__ import annotations
@@ -33,6 +36,11 @@ _LAZY = {
     "read_human": "capjudge.trust.inputs",
     "calibration_report": "capjudge.trust.run",
     "cascade_report": "capjudge.trust.run",
+    "CalibratedJudge": "capjudge.trust.apply",
+    "RecordCalibration": "capjudge.trust.apply",
+    "LiveCascade": "capjudge.trust.live",
+    "score_summary": "capjudge.trust.system",
+    "arena_summary": "capjudge.trust.system",
 }
 
 __all__ = sorted(_LAZY)

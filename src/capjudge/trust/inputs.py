@@ -210,7 +210,7 @@ class JudgeResults:
         return sum(tokens) / len(tokens) if tokens else None
 
 
-def _usage(details: dict[str, Any], rec: dict[str, Any]) -> tuple[float | None, int | None]:
+def record_usage(details: dict[str, Any], rec: dict[str, Any]) -> tuple[float | None, int | None]:
     """The cost and token count a record reports: ``cost_usd`` (top level, ``details``, or
     ``details.backend_meta``) and ``details.usage`` (an object, or a list of them for the orders of
     a pair), summed."""
@@ -279,7 +279,7 @@ def read_results(path: str | Path) -> JudgeResults:
             continue
         raw_details = rec.get("details")
         details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-        cost, tokens = _usage(details, rec)
+        cost, tokens = record_usage(details, rec)
         image = str(rec.get("image") or key)
         out.methods[str(rec.get("method"))] += 1
         out.backends[str(rec.get("backend"))] += 1

@@ -12,7 +12,9 @@ Each record is the deciding judge's, with ``details.cascade``: ``decided_by`` (t
 ``null`` when the cascade abstained), ``judge`` (its place, 0 first), ``confidence`` and
 ``threshold`` of that judge (for an abstention, the last judge's), ``abstained``, ``plan`` (file,
 digest, alpha, delta, rule) and ``asked``: every judge asked on the pair, in order, with its
-``backend``, ``verdict``, ``confidence``, ``status``, ``usage`` and ``cost_usd``. An abstained
+``backend``, ``verdict``, ``confidence``, ``status``, ``usage``, ``tokens`` and ``cost_usd`` (as
+:func:`~capjudge.trust.inputs.record_usage` reads them; :meth:`LiveCascade.summary` sums them per
+judge). An abstained
 record keeps the last judge's verdict (``status: ok``), which the plan does not vouch for: read
 ``details.cascade.abstained``.
 """
@@ -28,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from capjudge.trust.cascade import CascadePlan
-from capjudge.trust.inputs import pair_confidence
+from capjudge.trust.inputs import pair_confidence, record_usage
 
 
 def load_plan(path: str | Path) -> tuple[CascadePlan, str]:
@@ -52,12 +54,22 @@ def load_plan(path: str | Path) -> tuple[CascadePlan, str]:
 
 @dataclass
 class JudgeTally:
-    """What one judge of a live cascade did: pairs ``asked``, ``decided``, ``failed`` records."""
+    """What one judge of a live cascade did: pairs ``asked``, ``decided``, ``failed`` records, and
+    the ``cost_usd`` and ``tokens`` its records report (``None`` while none reports them)."""
 
     name: str
     asked: int = 0
     decided: int = 0
     failed: int = 0
+    cost_usd: float | None = None
+    tokens: int | None = None
+
+    def count(self, cost: float | None, tokens: int | None) -> None:
+        """Add one record's cost and tokens."""
+        if cost is not None:
+            self.cost_usd = (self.cost_usd or 0.0) + cost
+        if tokens is not None:
+            self.tokens = (self.tokens or 0) + tokens
 
 
 @dataclass
@@ -124,7 +136,9 @@ class LiveCascade:
                 tally = self.tallies[j]
                 tally.asked += 1
                 tally.failed += getattr(rec, "status", "ok") != "ok"
-                asked[i].append(_entry(jt.name, rec, conf))
+                entry = _entry(jt.name, rec, conf)
+                tally.count(entry["cost_usd"], entry["tokens"])
+                asked[i].append(entry)
                 if self._keeps(j, conf):
                     tally.decided += 1
                     yield i, self._stamp(rec, j, conf, rule, asked.pop(i), abstained=False)
@@ -160,6 +174,5 @@ class LiveCascade:
 
 def _entry(name: str, rec: Any, conf: float | None) -> dict[str, Any]:
     details = rec.details if isinstance(rec.details, dict) else {}
-    meta = details.get("backend_meta")
-    cost = details.get("cost_usd", meta.get("cost_usd") if isinstance(meta, dict) else None)
-    return {"name": name, "backend": getattr(rec, "backend", None), "verdict": getattr(rec, "verdict", None), "confidence": conf, "status": getattr(rec, "status", "ok"), "usage": details.get("usage"), "cost_usd": cost}
+    cost, tokens = record_usage(details, rec.to_dict())
+    return {"name": name, "backend": getattr(rec, "backend", None), "verdict": getattr(rec, "verdict", None), "confidence": conf, "status": getattr(rec, "status", "ok"), "usage": details.get("usage"), "tokens": tokens, "cost_usd": cost}
