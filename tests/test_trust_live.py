@@ -226,7 +226,43 @@ def test_arena_human_json_and_labels_in_either_order(tmp_path: Path, capsys: pyt
     swap = {"A": "B", "B": "A", "tie": "tie"}
     rows = [json.loads(x) for x in (EX / "arena_human.jsonl").read_text().splitlines()]
     flipped.write_text("".join(json.dumps({"id": r["id"], "model_a": r["model_b"], "model_b": r["model_a"], "human": swap[r["human"]]}) + "\n" for r in rows))
+    # each model's PPI++ win rate from the arrays themselves (outcome 1 / 0.5 / 0 for the model)
+    labels = {(r["id"], frozenset((r["model_a"], r["model_b"]))): r for r in rows}
+    battles = _records(out)
+    m = "swap"
+
+    def outcome(verdict: str, first: bool) -> float:
+        o = {"A": 1.0, "B": 0.0, "tie": 0.5}[verdict]
+        return o if first else 1.0 - o
+
+    lab, unl = [], []
+    for b in battles:
+        if m not in (b["model_a"], b["model_b"]):
+            continue
+        hit = labels.get((b["id"], frozenset((b["model_a"], b["model_b"]))))
+        if hit is None:
+            unl.append((outcome(b["verdict"], b["model_a"] == m), b["id"]))
+        else:
+            lab.append((outcome(hit["human"], hit["model_a"] == m), outcome(b["verdict"], b["model_a"] == m), b["id"]))
+    est = estimate_all([x[0] for x in lab], [x[1] for x in lab], [x[0] for x in unl], alpha=0.1, clusters=[x[2] for x in lab], clusters_unlabeled=[x[1] for x in unl])
+    assert d["win_rate"][m]["ppi++"]["estimate"] == pytest.approx(est["ppi++"].estimate, abs=1e-12)
+    assert d["win_rate"][m]["ppi++"]["low"] == pytest.approx(est["ppi++"].low, abs=1e-12)
     again, problems = arena_summary(str(out), str(flipped))
     assert problems == []
     for m, e in d["win_rate"].items():
         assert again["win_rate"][m]["ppi++"]["estimate"] == pytest.approx(e["ppi++"]["estimate"], abs=1e-12)
+
+
+def test_a_cascade_that_abstains_everywhere_still_answers(tmp_path: Path, cascade_run: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    data = json.loads(cascade_run["plan"].read_text())
+    for j in data["judges"]:
+        j["threshold"] = None  # neither judge keeps anything
+    plan = tmp_path / "never.json"
+    plan.write_text(json.dumps(data))
+    out = tmp_path / "never.jsonl"
+    assert main(["compare", "--cascade", str(plan), "--images", IMAGES, "--input", str(EX / "cascade" / "pairs.jsonl"), "--out", str(out), "--no-cache", "--limit", "8"]) == 0
+    recs = _records(out)
+    assert len(recs) == 8 and all(r["status"] == "ok" and r["details"]["cascade"]["abstained"] for r in recs)
+    assert all(len(r["details"]["cascade"]["asked"]) == 2 for r in recs)
+    text = capsys.readouterr().out
+    assert "abstained (ask a person)" in text and "0 / 0 / 0" in text

@@ -132,6 +132,8 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
 def cmd_arena(args: argparse.Namespace) -> int:
     """``capjudge arena``: judge the battles, print the leaderboard."""
     if caparena.wanted(args):
+        if args.human:
+            raise UsageError("--human goes with the battles of --baseline or --round-robin, not with CapArena-Auto")
         return caparena.cmd(args, _print_table, _as_result)
     from capjudge.arena.run import run_arena
     from capjudge.outfile import ResumeConflict

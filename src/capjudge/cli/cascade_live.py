@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -106,9 +107,11 @@ def cmd_cascade_compare(args: argparse.Namespace) -> int:
             return PairResult(image="", caption_a="", caption_b="", verdict=None, method=str(plan.runs[0]["method"]), backend=first.backend_spec, model=first.backend.model, template_hash=first.method.template_hash, status="error", error=row.error, id=row.id or str(row.line))
 
         bar = progress_of(f"cascade of {len(judges)} judges", args.quiet)
+        decided: Counter[str] = Counter()
         for _, res in run_rows(first.backend, rows, ResumePlan(), live.stream, out=args.out, bad_row=bad_row, progress=bar):
-            if not (res.details or {}).get("cascade", {}).get("abstained"):
-                tally.add(res)
+            tally.add(res)  # an abstention is an ok record: the exit code counts it as answered
+            if res.ok and not (res.details or {}).get("cascade", {}).get("abstained"):
+                decided[str(res.verdict)] += 1
         usage = [[(f"{jt.name}: {k}", v) for k, v in usage_rows(j)] for jt, j in zip(plan.judges, judges)]
     summary = live.summary()
     if not args.quiet:
@@ -121,7 +124,8 @@ def cmd_cascade_compare(args: argparse.Namespace) -> int:
             table.extend(u)
         cov = summary["coverage"]
         table += [
-            ("A / B / tie (decided)", f"{tally.verdicts['A']} / {tally.verdicts['B']} / {tally.verdicts['tie']}"),
+            ("A / B / tie (decided)", f"{decided['A']} / {decided['B']} / {decided['tie']}"),
+            *tally.failure_rows(),
             ("abstained (ask a person)", str(summary["abstained"])),
             ("coverage", "-" if cov is None else f"{cov:.3f}"),
             ("seconds", f"{time.perf_counter() - t0:.1f}"),
