@@ -130,7 +130,7 @@ def _print_human(kind: str, d: dict[str, Any]) -> None:
             continue
         out.write(f"{model[:18]:<19} {_iv(e['naive']):<24} {_iv(e['classical']):<24} {_iv(e['ppi++']):<24} {_ess(e)}\n")
     bt = d["bradley_terry"]
-    out.write(f"Bradley-Terry strength ({bt['unit']}: {bt['reference']})\n")
+    out.write(f"Bradley-Terry strength ({bt['unit']}: {bt['reference']}); columns as above\n")
     for name, why in bt["errors"].items():
         out.write(f"  {_LABEL[name]}: {why}\n")
     for model, e in bt["models"].items():
