@@ -73,6 +73,12 @@ def test_a_calibration_of_another_method_scale_or_kind_is_refused(tmp_path: Path
     other.write_text(json.dumps(data))
     assert _score(out, "--calibration", str(other)) == 2
     assert "fitted on the scale [1.0, 10.0], not [0.0, 100.0]" in capsys.readouterr().err
+    data = json.loads(score_calibration.read_text())
+    data["fitted_on"]["backend"] = "hf:another-model"
+    other.write_text(json.dumps(data))
+    assert _score(out, "--calibration", str(other)) == 0  # another backend: a warning, the run goes on
+    assert "fitted on backend 'hf:another-model', this run's is 'scripted:" in capsys.readouterr().err
+    out.unlink()
     pair = main(["compare", "--backend", CHEAP, "--images", IMAGES, "--input", str(EX / "cascade" / "pairs.jsonl"), "--out", str(out), "--no-cache", "--quiet", "--calibration", str(score_calibration)])
     assert pair == 2
     assert "fitted on score records, not pair records" in capsys.readouterr().err

@@ -25,7 +25,7 @@ from capjudge.cli.common import (
 from capjudge.cli.html import add_html_option
 from capjudge.cli.score import html_report
 from capjudge.cli.serve import command_method, remote_judge
-from capjudge.cli.trust_common import add_calibration_option, load_calibration
+from capjudge.cli.trust_common import add_calibration_option, load_calibration, warn_backend
 from capjudge.errors import UsageError
 
 
@@ -77,6 +77,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     t0 = time.perf_counter()
     with (remote_judge(args) if args.remote else make_judge(args, method)) as judge:
         run = judge.run_fields(mode) if args.remote else run_fields(judge, mode)
+        warn_backend(calibration, judge.backend_spec)
         digest = options_digest(judge)  # budget failures made with other options are asked again
         plan = resume_plan(args.out, rows, pair_key, run, overwrite=args.overwrite, retry_errors=args.retry_errors, digest=digest)
         session = batch.session_for(args, judge, run, backend_options(args))

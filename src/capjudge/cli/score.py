@@ -31,6 +31,7 @@ from capjudge.cli.trust_common import (
     add_human_option,
     check_human,
     load_calibration,
+    warn_backend,
 )
 from capjudge.errors import UsageError
 
@@ -83,6 +84,7 @@ def cmd_score(args: argparse.Namespace) -> int:
         tally = RunTally(method=method.name, smoothing=bool(judge.method.reads_logprobs))
         # What every record of this run says about how it was made (as bad_row_result writes it).
         fields = {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash}
+        warn_backend(calibration, judge.backend_spec)
         digest = options_digest(judge)  # budget failures made with other options are asked again
         plan = resume_plan(args.out, rows, score_key, fields, overwrite=args.overwrite, retry_errors=args.retry_errors, options=judge.method.options, digest=digest)
         session = batch.session_for(args, judge, fields, backend_options(args))

@@ -139,3 +139,12 @@ def _print_human(kind: str, d: dict[str, Any]) -> None:
 
 
 _LABEL = {"naive": "judge only", "classical": "human labels only", "ppi": "PPI", "ppi++": "PPI++"}
+
+
+def warn_backend(calibration: Any, backend: str) -> None:
+    """A warning on stderr when the ``--calibration`` file was fitted on another backend."""
+    note = calibration.backend_note(backend) if calibration is not None else None
+    if note:
+        from capjudge.redact import scrub
+
+        print(f"capjudge: warning: {scrub(note)}", file=sys.stderr)

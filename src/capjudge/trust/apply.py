@@ -70,6 +70,14 @@ class RecordCalibration:
         if kind == "score" and scale is not None and fscale is not None and [float(v) for v in fscale] != [float(v) for v in scale]:
             raise CalibrationMismatch(f"{where} was fitted on the scale {list(fscale)}, not {list(scale)}")
 
+    def backend_note(self, backend: str) -> str | None:
+        """A warning when the file was fitted on another backend than ``backend`` (a spec as
+        records show it): another model's scores map otherwise. ``None`` when the same or unsaid."""
+        fitted = self.map.fitted_on.get("backend")
+        if fitted is None or fitted == backend:
+            return None
+        return f"calibration {self.name or 'file'} was fitted on backend {fitted!r}, this run's is {backend!r}: the map is another judge's"
+
     def _stamp(self) -> dict[str, Any]:
         return {"file": self.name, "digest": self.digest, "method": self.map.method, "fitted_on": dict(self.map.fitted_on)}
 
