@@ -272,3 +272,12 @@ def test_a_cascade_that_abstains_everywhere_still_answers(tmp_path: Path, cascad
     assert all(len(r["details"]["cascade"]["asked"]) == 2 for r in recs)
     text = capsys.readouterr().out
     assert "abstained (ask a person)" in text and "0 / 0 / 0" in text
+
+
+def test_score_summary_shows_the_calibrated_mean(tmp_path: Path, score_calibration: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "shown.jsonl"
+    capsys.readouterr()
+    args = ["score", "--method", "vanilla", "--backend", SCORE_JUDGE, "--images", IMAGES, "--input", str(EX / "score_captions.jsonl"), "--out", str(out), "--no-cache", "--calibration", str(score_calibration)]
+    assert main(args) == 0
+    values = [r["details"]["calibration"]["calibrated"] for r in _records(out)]
+    assert f"{sum(values) / len(values):.4g} (of 40 new records" in capsys.readouterr().out

@@ -95,8 +95,12 @@ def cmd_score(args: argparse.Namespace) -> int:
                 tally.add(kept)
             bar = progress_of(f"{method.name} on {judge.backend_spec}", args.quiet)
             made = calibration.stream(stream) if calibration is not None else stream
+            calibrated: list[float] = []
             for _, res in run_rows(judge.backend, rows, plan, made, out=args.out, bad_row=lambda row: bad_row_result(row, method, judge), progress=bar, digest=digest):
                 tally.add(res)
+                value = (res.details or {}).get("calibration", {}).get("calibrated") if calibration is not None else None
+                if value is not None:
+                    calibrated.append(value)
         usage = usage_rows(judge)
     if not args.quiet:
         con = console(stderr=False)
@@ -104,6 +108,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             ("method", method.name),
             ("backend", judge.backend_spec),
             *tally.score_rows(),
+            *([("mean calibrated", f"{sum(calibrated) / len(calibrated):.4g} (of {len(calibrated)} new records, on the human scale)")] if calibrated else []),
             ("kept from --out", str(len(plan.kept))),
             ("seconds", f"{time.perf_counter() - t0:.1f}"),
             ("results", str(args.out)),
