@@ -194,6 +194,8 @@ def test_a_plan_that_cannot_run_live_is_a_usage_error(tmp_path: Path, cascade_ru
     args = ["compare", "--cascade", str(old), "--images", IMAGES, "--input", str(EX / "cascade" / "pairs.jsonl"), "--out", str(tmp_path / "o.jsonl"), "--no-cache", "--quiet"]
     assert main(args) == 2
     assert "save it again" in capsys.readouterr().err
+    assert main([*args[:2], str(cascade_run["plan"]), *args[3:7], "--out", str(cascade_run["cheap"]), *args[9:]]) == 2
+    assert "holds records of another run than this cascade plan" in capsys.readouterr().err
     assert main([*args[:2], str(cascade_run["plan"]), *args[3:], "--backend", CHEAP]) == 2
     assert "--backend do not go with it" in capsys.readouterr().err
 
@@ -281,3 +283,18 @@ def test_score_summary_shows_the_calibrated_mean(tmp_path: Path, score_calibrati
     assert main(args) == 0
     values = [r["details"]["calibration"]["calibrated"] for r in _records(out)]
     assert f"{sum(values) / len(values):.4g} (of 40 new records" in capsys.readouterr().out
+
+
+def test_a_cascade_run_resumes_from_its_own_records(tmp_path: Path, cascade_run: dict[str, Path], capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "resumed.jsonl"
+    args = ["compare", "--cascade", str(cascade_run["plan"]), "--images", IMAGES, "--input", str(EX / "cascade" / "pairs.jsonl"), "--out", str(out), "--no-cache"]
+    assert main([*args, "--limit", "30", "--quiet"]) == 0
+    first = {r["id"]: r for r in _records(out)}
+    capsys.readouterr()
+    assert main(args) == 0
+    text = capsys.readouterr().out
+    recs = {r["id"]: r for r in _records(out)}
+    full = {r["id"]: r for r in _records(cascade_run["live"])}
+    assert len(recs) == 120 and all(recs[i]["details"]["cascade"] == first[i]["details"]["cascade"] for i in first)
+    assert all(recs[i]["details"]["cascade"]["decided_by"] == full[i]["details"]["cascade"]["decided_by"] for i in full)
+    assert "asked now 90" in text  # the cheap judge asked only on the 90 rows not kept

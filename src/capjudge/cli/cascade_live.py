@@ -2,8 +2,9 @@
 
 The plan names its judges (backend spec, method, mode: ``capjudge cascade --save`` writes them from
 the records); ``--backend``, ``--panel``, ``--method``, ``--mode``, ``--order``, ``--remote``,
-``--batch``, ``--calibration`` do not go with it (exit 2), nor a ``--out`` that already holds records
-(no resume yet: ``--overwrite`` or a new file). Exit codes as ``compare``.
+``--batch``, ``--calibration`` do not go with it (exit 2). A re-run resumes: the records of the same
+plan (``details.cascade.plan.digest``) are kept, the other rows asked; a ``--out`` holding records of
+another run is refused (exit 2) unless ``--overwrite``. Exit codes as ``compare``.
 """
 
 from __future__ import annotations
@@ -28,9 +29,6 @@ def _check(args: argparse.Namespace) -> None:
         given.append("--order")
     if given:
         raise UsageError(f"--cascade runs the plan's judges as the plan says: {', '.join(given)} do not go with it")
-    out = Path(args.out)
-    if out.is_file() and out.stat().st_size and not args.overwrite:
-        raise UsageError(f"--cascade does not resume yet: {args.out} holds records; give --overwrite or a new --out")
 
 
 def _preflight(args: argparse.Namespace, backends: list[str]) -> None:
@@ -60,6 +58,25 @@ def _preflight(args: argparse.Namespace, backends: list[str]) -> None:
     hold_out_lock(args, args.out)
 
 
+def _resume(args: argparse.Namespace, rows: list[Any], digest: str) -> Any:
+    """What is kept from ``--out``: the records of this plan (``details.cascade.plan.digest``),
+    matched to the input rows as ``compare`` matches them; records of another run: exit 2."""
+    from capjudge.outfile import ResumeConflict, pair_key, read_records
+    from capjudge.runner import ResumePlan, resume_plan
+
+    if args.overwrite:
+        return ResumePlan()
+    if Path(args.out).is_file():
+        for rec in read_records(args.out):
+            made = ((rec.get("details") or {}).get("cascade") or {}).get("plan") or {}
+            if made.get("digest") != digest:
+                raise UsageError(f"{args.out} holds records of another run than this cascade plan ({digest}); write to another --out, or pass --overwrite to start this file over")
+    try:
+        return resume_plan(args.out, rows, pair_key, {}, retry_errors=args.retry_errors)
+    except ResumeConflict as exc:
+        raise UsageError(str(exc)) from None
+
+
 def cmd_cascade_compare(args: argparse.Namespace) -> int:
     """Run the plan's judges over ``--input`` and write one record per pair (module docstring)."""
     from capjudge.cli.common import (
@@ -73,7 +90,7 @@ def cmd_cascade_compare(args: argparse.Namespace) -> int:
     from capjudge.inputcheck import load_items
     from capjudge.judges.judge import Judge
     from capjudge.judges.pairwise import run_fields
-    from capjudge.runner import ResumePlan, run_rows
+    from capjudge.runner import run_rows
     from capjudge.summary import RunTally
     from capjudge.trust.live import LiveCascade, load_plan
     from capjudge.types import PairResult
@@ -87,6 +104,7 @@ def cmd_cascade_compare(args: argparse.Namespace) -> int:
     rows = load_items(args.input, pairs=True)
     if args.limit is not None:
         rows = rows[: args.limit]
+    resume = _resume(args, rows, digest)
     tally = RunTally(method="cascade")
     t0 = time.perf_counter()
     with contextlib.ExitStack() as stack:
@@ -104,14 +122,21 @@ def cmd_cascade_compare(args: argparse.Namespace) -> int:
         first = judges[0]
 
         def bad_row(row: Any) -> PairResult:
-            return PairResult(image="", caption_a="", caption_b="", verdict=None, method=str(plan.runs[0]["method"]), backend=first.backend_spec, model=first.backend.model, template_hash=first.method.template_hash, status="error", error=row.error, id=row.id or str(row.line))
+            stamp = {"cascade": {"decided_by": None, "abstained": False, "asked": [], "plan": {"file": live.plan_file, "digest": digest}}}
+            return PairResult(image="", caption_a="", caption_b="", verdict=None, method=str(plan.runs[0]["method"]), backend=first.backend_spec, model=first.backend.model, template_hash=first.method.template_hash, status="error", error=row.error, id=row.id or str(row.line), details=stamp)
 
         bar = progress_of(f"cascade of {len(judges)} judges", args.quiet)
-        decided: Counter[str] = Counter()
-        for _, res in run_rows(first.backend, rows, ResumePlan(), live.stream, out=args.out, bad_row=bad_row, progress=bar):
+        decided: Counter[str] = Counter()  # the verdicts kept, "abstained" for the rest
+
+        def count(res: PairResult) -> None:
             tally.add(res)  # an abstention is an ok record: the exit code counts it as answered
-            if res.ok and not (res.details or {}).get("cascade", {}).get("abstained"):
-                decided[str(res.verdict)] += 1
+            if res.ok:
+                decided["abstained" if (res.details or {}).get("cascade", {}).get("abstained") else str(res.verdict)] += 1
+
+        for kept in resume.kept.values():
+            count(PairResult.from_dict(kept))
+        for _, res in run_rows(first.backend, rows, resume, live.stream, out=args.out, bad_row=bad_row, progress=bar):
+            count(res)
         usage = [[(f"{jt.name}: {k}", v) for k, v in usage_rows(j)] for jt, j in zip(plan.judges, judges)]
     summary = live.summary()
     if not args.quiet:
@@ -120,13 +145,15 @@ def cmd_cascade_compare(args: argparse.Namespace) -> int:
             thr = "never" if jt.threshold is None else f"{jt.threshold:.4f}"
             spent = "" if t["cost_usd"] is None else f", ${t['cost_usd']:.4f}"
             tokens = "" if t["tokens"] is None else f", {t['tokens']} tokens"
-            table.append((f"{jt.name}", f"{run['backend']}, threshold {thr}: asked {t['asked']}, decided {t['decided']}, failed {t['failed']}{tokens}{spent}"))
+            table.append((f"{jt.name}", f"{run['backend']}, threshold {thr}: asked now {t['asked']}, decided {t['decided']}, failed {t['failed']}{tokens}{spent}"))
             table.extend(u)
-        cov = summary["coverage"]
+        answered = sum(decided.values())
+        cov = (answered - decided["abstained"]) / answered if answered else None
         table += [
             ("A / B / tie (decided)", f"{decided['A']} / {decided['B']} / {decided['tie']}"),
             *tally.failure_rows(),
-            ("abstained (ask a person)", str(summary["abstained"])),
+            ("abstained (ask a person)", str(decided["abstained"])),
+            ("kept from --out", str(len(resume.kept))),
             ("coverage", "-" if cov is None else f"{cov:.3f}"),
             ("seconds", f"{time.perf_counter() - t0:.1f}"),
             ("results", str(args.out)),
