@@ -122,7 +122,7 @@ def cmd_cascade_compare(args: argparse.Namespace) -> int:
         first = judges[0]
 
         def bad_row(row: Any) -> PairResult:
-            stamp = {"cascade": {"decided_by": None, "abstained": False, "asked": [], "plan": {"file": live.plan_file, "digest": digest}}}
+            stamp: dict[str, Any] = {"cascade": {"decided_by": None, "abstained": False, "asked": [], "plan": {"file": live.plan_file, "digest": digest}}}
             return PairResult(image="", caption_a="", caption_b="", verdict=None, method=str(plan.runs[0]["method"]), backend=first.backend_spec, model=first.backend.model, template_hash=first.method.template_hash, status="error", error=row.error, id=row.id or str(row.line), details=stamp)
 
         bar = progress_of(f"cascade of {len(judges)} judges", args.quiet)
