@@ -30,6 +30,7 @@ from capjudge.cli.common import (
     usage_rows,
 )
 from capjudge.cli.html import add_html_option
+from capjudge.cli.trust_common import add_human_option, check_human, human_summary
 from capjudge.errors import UsageError
 
 FORMATS = ("table", "json")
@@ -73,6 +74,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--elo-k", type=float, default=4.0, metavar="K", help="Elo K factor (default 4)")
     p.add_argument("--length-controlled", action="store_true", help="add a length-controlled win rate (alpaca_eval style)")
     add_html_option(p)
+    add_human_option(p)
     caparena.add_options(p)
     p.set_defaults(func=cmd_arena)
 
@@ -111,6 +113,7 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
         raise UsageError("arena takes --budget N (at most N battles, whole images), not --limit")
     if args.bootstrap < 0:
         raise UsageError("--bootstrap must be 0 or more")
+    check_human(args.human, args.human_alpha)
     try:
         specs = parse_model_specs(args.models) if args.models else []
         if args.models is not None and len(specs) < 2:
@@ -129,6 +132,8 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
 def cmd_arena(args: argparse.Namespace) -> int:
     """``capjudge arena``: judge the battles, print the leaderboard."""
     if caparena.wanted(args):
+        if args.human:
+            raise UsageError("--human goes with the battles of --baseline or --round-robin, not with CapArena-Auto")
         return caparena.cmd(args, _print_table, _as_result)
     from capjudge.arena.run import run_arena
     from capjudge.outfile import ResumeConflict
@@ -164,9 +169,16 @@ def cmd_arena(args: argparse.Namespace) -> int:
     for rec in result.run.asked:
         tally.add(_as_result(rec))
     if args.format == "json":
-        print(json.dumps(result.to_dict(), ensure_ascii=False))
+        data = result.to_dict()
+        if args.human:  # the judge's numbers corrected by human labels (docs/trust.md)
+            from capjudge.types import json_safe
+
+            data["human_labels"] = json_safe(human_summary("arena", args.out, args.human, args.human_alpha, as_json=True))
+        print(json.dumps(data, ensure_ascii=False))
     else:
         _print_table(result, usage, time.perf_counter() - t0, args)
+        if args.human:
+            human_summary("arena", args.out, args.human, args.human_alpha)
     if args.html:
         from capjudge.arena.report import arena_page
         from capjudge.cli.html import command_line, emit

@@ -25,6 +25,7 @@ from capjudge.cli.common import (
 from capjudge.cli.html import add_html_option
 from capjudge.cli.score import html_report
 from capjudge.cli.serve import command_method, remote_judge
+from capjudge.cli.trust_common import add_calibration_option, load_calibration, warn_backend
 from capjudge.errors import UsageError
 
 
@@ -40,6 +41,8 @@ def register(sub: Any) -> None:
     add_resume(p)
     batch.add_batch_options(p)
     add_html_option(p)
+    add_calibration_option(p)
+    p.add_argument("--cascade", default=None, metavar="PLAN", help="run a cascade plan of `capjudge cascade --save` live: its first judge on every pair, the next only on the pairs below the first's threshold, abstention at the end (details.cascade); the judges are the plan's, --backend and --method are not given")
     p.set_defaults(func=cmd_compare)
 
 
@@ -52,6 +55,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from capjudge.summary import RunTally
     from capjudge.types import PairResult
 
+    if args.cascade:
+        from capjudge.cli.cascade_live import cmd_cascade_compare
+
+        return cmd_cascade_compare(args)
     method = command_method(args, "gpt4v-pairwise")  # --remote: the server's
     mode = args.mode if args.mode != "auto" else None
     if mode == "grading" and method.kind != "score":
@@ -65,10 +72,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     rows = load_items(args.input, pairs=True)  # no rows, or an id twice: exit 2
     if args.limit is not None:
         rows = rows[: args.limit]
+    calibration: Any = load_calibration(args.calibration, method, "pair")  # exit 2: another method
     tally = RunTally(method=method.name)
     t0 = time.perf_counter()
     with (remote_judge(args) if args.remote else make_judge(args, method)) as judge:
         run = judge.run_fields(mode) if args.remote else run_fields(judge, mode)
+        warn_backend(calibration, judge.backend_spec)
         digest = options_digest(judge)  # budget failures made with other options are asked again
         plan = resume_plan(args.out, rows, pair_key, run, overwrite=args.overwrite, retry_errors=args.retry_errors, digest=digest)
         session = batch.session_for(args, judge, run, backend_options(args))
@@ -87,7 +96,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             for kept in kept_results(plan, PairResult):
                 tally.add(kept)
             bar = progress_of(f"compare with {method.name}", args.quiet)
-            for _, res in run_rows(judge.backend, rows, plan, stream, out=args.out, bad_row=bad_row, progress=bar, digest=digest):
+            made = calibration.stream(stream) if calibration is not None else stream
+            for _, res in run_rows(judge.backend, rows, plan, made, out=args.out, bad_row=bad_row, progress=bar, digest=digest):
                 tally.add(res)
         usage = usage_rows(judge)
     if not args.quiet:

@@ -26,6 +26,13 @@ from capjudge.cli.common import (
 )
 from capjudge.cli.html import add_html_option
 from capjudge.cli.serve import command_method, remote_judge
+from capjudge.cli.trust_common import (
+    add_calibration_option,
+    add_human_option,
+    check_human,
+    load_calibration,
+    warn_backend,
+)
 from capjudge.errors import UsageError
 
 
@@ -38,6 +45,8 @@ def register(sub: Any) -> None:
     add_resume(p)
     batch.add_batch_options(p)
     add_html_option(p)
+    add_calibration_option(p)
+    add_human_option(p)
     p.add_argument("--vqa-dir", default=None, metavar="DIR", help="capmas-coverage: the folder of CapMAS's question files, one <image file stem>.json per image ({\"questions\": [...], \"answers\": [...]})")
     scale = p.add_argument_group("many judges at once through Ray (pip install 'capjudge[ray]'; docs/ray.md)")
     scale.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS", help="judge on Ray actors, one judge (one model) each: a running cluster's ADDRESS (auto, HOST:6379, ray://HOST:10001), or none for $RAY_ADDRESS or a local instance")
@@ -67,12 +76,15 @@ def cmd_score(args: argparse.Namespace) -> int:
     if args.limit is not None:
         rows = rows[: args.limit]
     _check_ray_args(args)
+    calibration: Any = load_calibration(args.calibration, method, "score")  # exit 2: another method or scale
+    check_human(args.human, args.human_alpha)
     t0 = time.perf_counter()
     with (remote_judge(args) if args.remote else make_judge(args, method)) as judge, _score_stream(args, judge, method) as stream:
         # The judge's method has its options applied: score=expected reads log-probabilities too.
         tally = RunTally(method=method.name, smoothing=bool(judge.method.reads_logprobs))
         # What every record of this run says about how it was made (as bad_row_result writes it).
         fields = {"method": method.name, "backend": judge.backend_spec, "template_hash": method.template_hash}
+        warn_backend(calibration, judge.backend_spec)
         digest = options_digest(judge)  # budget failures made with other options are asked again
         plan = resume_plan(args.out, rows, score_key, fields, overwrite=args.overwrite, retry_errors=args.retry_errors, options=judge.method.options, digest=digest)
         session = batch.session_for(args, judge, fields, backend_options(args))
@@ -82,8 +94,13 @@ def cmd_score(args: argparse.Namespace) -> int:
             for kept in kept_results(plan, ScoreResult):
                 tally.add(kept)
             bar = progress_of(f"{method.name} on {judge.backend_spec}", args.quiet)
-            for _, res in run_rows(judge.backend, rows, plan, stream, out=args.out, bad_row=lambda row: bad_row_result(row, method, judge), progress=bar, digest=digest):
+            made = calibration.stream(stream) if calibration is not None else stream
+            calibrated: list[float] = []
+            for _, res in run_rows(judge.backend, rows, plan, made, out=args.out, bad_row=lambda row: bad_row_result(row, method, judge), progress=bar, digest=digest):
                 tally.add(res)
+                value = (res.details or {}).get("calibration", {}).get("calibrated") if calibration is not None else None
+                if value is not None:
+                    calibrated.append(value)
         usage = usage_rows(judge)
     if not args.quiet:
         con = console(stderr=False)
@@ -91,6 +108,7 @@ def cmd_score(args: argparse.Namespace) -> int:
             ("method", method.name),
             ("backend", judge.backend_spec),
             *tally.score_rows(),
+            *([("mean calibrated", f"{sum(calibrated) / len(calibrated):.4g} (of {len(calibrated)} new records, on the human scale)")] if calibrated else []),
             ("kept from --out", str(len(plan.kept))),
             ("seconds", f"{time.perf_counter() - t0:.1f}"),
             ("results", str(args.out)),
@@ -103,6 +121,10 @@ def cmd_score(args: argparse.Namespace) -> int:
             from capjudge.cli.panel import print_panel
 
             print_panel(con, judge, args.out)
+    if args.human:
+        from capjudge.cli.trust_common import human_summary
+
+        human_summary("score", args.out, args.human, args.human_alpha)
     html_report(args)
     return finish(tally)
 

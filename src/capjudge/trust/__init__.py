@@ -8,9 +8,12 @@ the isotonic map to the human scale and its calibration file), :mod:`~capjudge.t
 intervals), :mod:`~capjudge.trust.ppi_bt` (Bradley-Terry strengths by prediction-powered logistic
 regression), :mod:`~capjudge.trust.inputs` (results files and human labels joined by id, the
 confidence of a pair record), :mod:`~capjudge.trust.run` (what ``capjudge calibrate`` and
-``capjudge cascade`` compute), :mod:`~capjudge.trust.curves` (coverage-risk curves) and
-:mod:`~capjudge.trust.page` (their ``--html`` pages, drawn with matplotlib by the report kit).
-numpy and scipy otherwise; nothing is imported until used.
+``capjudge cascade`` compute), :mod:`~capjudge.trust.curves` (coverage-risk curves),
+:mod:`~capjudge.trust.page` (their ``--html`` pages, drawn with matplotlib by the report kit),
+:mod:`~capjudge.trust.apply` (a calibration file on records as they are
+made: ``score|compare --calibration``), :mod:`~capjudge.trust.live` (a cascade plan run live:
+``compare --cascade``) and :mod:`~capjudge.trust.system` (``score|arena --human``: the run's numbers
+corrected by human labels). numpy and scipy otherwise; nothing is imported until used.
 """
 
 from __future__ import annotations
@@ -39,6 +42,11 @@ _LAZY = {
     "cascade_curve": "capjudge.trust.curves",
     "calibration_page": "capjudge.trust.page",
     "cascade_page": "capjudge.trust.page",
+    "CalibratedJudge": "capjudge.trust.apply",
+    "RecordCalibration": "capjudge.trust.apply",
+    "LiveCascade": "capjudge.trust.live",
+    "score_summary": "capjudge.trust.system",
+    "arena_summary": "capjudge.trust.system",
 }
 
 __all__ = sorted(_LAZY)

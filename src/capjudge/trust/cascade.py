@@ -185,7 +185,10 @@ def _summary(name: str, lam: float, conf: np.ndarray, correct: np.ndarray, delta
 class CascadePlan:
     """The calibrated cascade: the judges in the order they are asked, with their thresholds, and
     what it was calibrated with. ``cost_per_judgment``: each judge's cost in USD per judgment
-    (``None`` unknown), for :func:`apply`'s cost per 1,000 judgments."""
+    (``None`` unknown), for :func:`apply`'s cost per 1,000 judgments. ``runs``: how each judge was
+    run, as its records said (``backend`` spec with secrets masked, ``method``, ``mode``,
+    ``template_hash``, ``results``): what ``compare --cascade PLAN`` runs live (empty in a plan
+    made from arrays)."""
 
     judges: list[JudgeThreshold]
     alpha: float
@@ -195,6 +198,7 @@ class CascadePlan:
     min_samples: int
     n: int
     cost_per_judgment: list[float | None] = field(default_factory=list)
+    runs: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         """The plan file's JSON object (``format``, ``version`` first)."""
@@ -210,7 +214,7 @@ class CascadePlan:
             raise ValueError(f"cascade plan version {data.get('version')!r}: this capjudge reads version {PLAN_VERSION}")
         try:
             judges = [JudgeThreshold(**j) for j in data["judges"]]
-            return cls(judges, float(data["alpha"]), float(data["delta"]), str(data["rule"]), int(data["grid"]), int(data["min_samples"]), int(data["n"]), list(data.get("cost_per_judgment") or []))
+            return cls(judges, float(data["alpha"]), float(data["delta"]), str(data["rule"]), int(data["grid"]), int(data["min_samples"]), int(data["n"]), list(data.get("cost_per_judgment") or []), [dict(r) for r in data.get("runs") or []])
         except (KeyError, TypeError) as exc:
             raise ValueError(f"cascade plan: {type(exc).__name__}: {exc}") from None
 

@@ -149,7 +149,8 @@ class JudgeRow:
     """One ok record: ``value`` its score (score records) or verdict (pair records), its
     ``confidence`` and ``rule`` (pair records; score records: when they carry one), the record's
     ``scale``, ``image`` (for clustering), the ``cost_usd`` / ``tokens`` it reports (``None``: not
-    said) and a score's ``score_sd`` (``details.score_sd``)."""
+    said), a score's ``score_sd`` (``details.score_sd``) and the
+    ``details.calibration.calibrated`` value a ``--calibration`` run added (``None``: none)."""
 
     id: str
     value: float | str
@@ -160,6 +161,7 @@ class JudgeRow:
     cost_usd: float | None = None
     tokens: int | None = None
     score_sd: float | None = None
+    calibrated: float | None = None
 
 
 @dataclass
@@ -173,6 +175,15 @@ class JudgeResults:
     problems: list[str] = field(default_factory=list)
     methods: Counter[str] = field(default_factory=Counter)
     backends: Counter[str] = field(default_factory=Counter)
+    modes: Counter[str] = field(default_factory=Counter)
+    templates: Counter[str] = field(default_factory=Counter)
+
+    def run(self) -> dict[str, Any]:
+        """How the judge was run, as its records say (the most common of each): ``backend`` (as
+        records show it, secrets masked), ``method``, ``mode`` (pair records), ``template_hash``,
+        and the ``results`` file."""
+        top = {k: (c.most_common(1)[0][0] if c else None) for k, c in (("backend", self.backends), ("method", self.methods), ("mode", self.modes), ("template_hash", self.templates))}
+        return {**top, "results": self.path}
 
     @property
     def name(self) -> str:
@@ -206,7 +217,7 @@ class JudgeResults:
         return sum(tokens) / len(tokens) if tokens else None
 
 
-def _usage(details: dict[str, Any], rec: dict[str, Any]) -> tuple[float | None, int | None]:
+def record_usage(details: dict[str, Any], rec: dict[str, Any]) -> tuple[float | None, int | None]:
     """The cost and token count a record reports: ``cost_usd`` (top level, ``details``, or
     ``details.backend_meta``) and ``details.usage`` (an object, or a list of them for the orders of
     a pair), summed."""
@@ -276,10 +287,13 @@ def read_results(path: str | Path) -> JudgeResults:
             continue
         raw_details = rec.get("details")
         details: dict[str, Any] = raw_details if isinstance(raw_details, dict) else {}
-        cost, tokens = _usage(details, rec)
+        cost, tokens = record_usage(details, rec)
         image = str(rec.get("image") or key)
         out.methods[str(rec.get("method"))] += 1
         out.backends[str(rec.get("backend"))] += 1
+        out.templates[str(rec.get("template_hash"))] += 1
+        if kind == "pair":
+            out.modes[str(rec.get("mode") or "pairwise")] += 1
         try:
             out.rows[key] = _row(kind, key, rec, details, image, cost, tokens)
         except ValueError as exc:
@@ -311,4 +325,6 @@ def _row(kind: str, key: str, rec: dict[str, Any], details: dict[str, Any], imag
     if sd is not None and sd < 0.0:
         raise ValueError(f"details.score_sd {details.get('score_sd')!r} is negative")
     named = (score_rule if isinstance(score_rule, str) and score_rule else "details.confidence") if score_conf is not None else None
-    return JudgeRow(key, score, image, score_conf, named, sc, cost, tokens, sd)
+    cal = details.get("calibration")
+    calibrated = _number(cal.get("calibrated")) if isinstance(cal, dict) else None
+    return JudgeRow(key, score, image, score_conf, named, sc, cost, tokens, sd, calibrated)

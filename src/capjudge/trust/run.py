@@ -19,7 +19,7 @@ coverage-risk curve (``detail["judge_curves"]``).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -154,6 +154,7 @@ def cascade_report(judges: Sequence[str], human: str, *, alpha: float, delta: fl
         plan = csc.calibrate(conf, pred, labels, alpha, delta, names=names, rule=rule, grid=grid, min_samples=min_samples, cost_per_judgment=costs)
     except ValueError as exc:  # the official rule stops where too few samples reach the first judge
         raise TrustInputError(f"{human}: {len(labelled)} labelled ids: {exc}") from None
+    plan = replace(plan, runs=[f.run() for f in files])
     out = csc.apply(plan, conf, pred, labels)
     data: dict[str, Any] = {
         "human": human,
