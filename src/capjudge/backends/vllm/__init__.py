@@ -10,7 +10,6 @@ from capjudge.backends.lazy import LazyBackend
 from capjudge.backends.registry import BackendSpec
 from capjudge.backends.vllm.backend import (
     VLLMBackend,
-    announced_capabilities,
     client_identity,
     make_client,
 )
@@ -34,8 +33,8 @@ def from_spec(spec: BackendSpec, **options: Any) -> VLLMBackend:
 def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
     """The backend, with the server started at the first request the cache cannot answer."""
     settings = settings_of(spec, **options)
-    probe = make_client(settings, 0, "")
-    identity = client_identity(settings, probe)
+    probe = make_client(settings, 0, "")  # what the client will be, on a port still unknown
+    identity, capabilities = client_identity(settings, probe), probe.capabilities
     probe.close()
     return LazyBackend(
         lambda: VLLMBackend(settings, spec=spec.raw),
@@ -43,5 +42,5 @@ def lazy_from_spec(spec: BackendSpec, **options: Any) -> Backend:
         spec=spec.raw or f"vllm:{settings.model}",
         model=settings.model,
         identity=identity,
-        capabilities=announced_capabilities(settings),
+        capabilities=capabilities,
     )

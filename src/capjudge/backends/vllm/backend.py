@@ -15,7 +15,7 @@ from collections.abc import Iterator, Sequence
 from concurrent.futures import Future
 from typing import Any
 
-from capjudge.backends.base import Backend, Capabilities, Completion, PromptTokens, Request
+from capjudge.backends.base import Backend, Completion, PromptTokens, Request
 from capjudge.backends.openai.backend import OpenAIBackend
 from capjudge.backends.vllm.options import VLLMSettings
 from capjudge.backends.vllm.process import ServerProcess, free_port
@@ -31,14 +31,6 @@ def client_identity(settings: VLLMSettings, client: OpenAIBackend) -> dict[str, 
 def make_client(settings: VLLMSettings, port: int, spec: str) -> OpenAIBackend:
     """The OpenAI-protocol client of a server on ``port`` (no request is sent)."""
     return OpenAIBackend(settings.model, kind="openai-compatible", spec=spec, base_url=f"http://127.0.0.1:{port}/v1", **settings.client)
-
-
-def announced_capabilities(settings: VLLMSettings) -> Capabilities:
-    """What the backend can do, known before the server starts."""
-    client = make_client(settings, 0, "")
-    caps = client.capabilities
-    client.close()
-    return caps
 
 
 class VLLMBackend(Backend):

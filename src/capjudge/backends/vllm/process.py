@@ -4,8 +4,9 @@ with every process it spawned (the whole group: a vLLM server's engine and worke
 
 The ``vllm:`` backend kind runs vLLM's OpenAI-compatible server this way, and so do the tests
 (:mod:`capjudge.testing.vllm_server`). The group is also stopped when the object is collected and
-when the interpreter exits (Ctrl-C and uncaught exceptions included), so a run leaves no server
-behind; only a ``SIGKILL`` of capjudge itself can (the log names the server's pid).
+when the interpreter exits (Ctrl-C and uncaught exceptions included); and the group's leader, a
+small watchdog that runs the server, stops the group when capjudge dies without doing so (killed,
+even by ``SIGKILL``). A run leaves no server behind.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import time
 import weakref
@@ -35,6 +37,27 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+WATCHDOG = """
+import os, signal, subprocess, sys, time
+parent = int(sys.argv[1])
+signal.signal(signal.SIGTERM, lambda *_: None)  # a handler, not SIG_IGN: the server gets the default back at exec
+server = subprocess.Popen(sys.argv[2:])
+while server.poll() is None:
+    if os.getppid() != parent:  # capjudge is gone, however it ended: take the group down
+        os.killpg(0, signal.SIGTERM)
+        try:
+            server.wait(timeout=GRACE)
+        finally:
+            os.killpg(0, signal.SIGKILL)
+    time.sleep(0.5)
+code = server.returncode
+sys.exit(code if code >= 0 else 128 - code)
+""".replace("GRACE", repr(TERM_GRACE))
+"""The group's leader: it runs the server and, should capjudge die without stopping it (even by
+``SIGKILL``), stops the whole group. It outlives the server's ``SIGTERM`` so that the server has its
+grace period, and exits with the server's code."""
 
 
 def read_tail(path: str | Path, lines: int = 30) -> str:
@@ -116,7 +139,8 @@ class ServerProcess:
         with open(self.log_path, "wb") as out:  # the child keeps its own copy of the descriptor
             # A session of its own: stop() ends the server with the processes it spawns, and a
             # Ctrl-C at the terminal reaches capjudge only (which then stops the server itself).
-            self.proc = subprocess.Popen(self.command, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
+            argv = [sys.executable, "-I", "-S", "-c", WATCHDOG, str(os.getpid()), *self.command]
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=self.env, start_new_session=True)
         # Stopped when this object goes, or at the interpreter's exit (atexit) at the latest.
         self._finalizer = weakref.finalize(self, _cleanup, self.proc, self.log_path if self._own_log else None)
         log.info("started %s (pid %d), log %s", what, self.proc.pid, self.log_path)
