@@ -7,6 +7,8 @@ seconds. tests/test_vllm_kind_server.py runs the real server."""
 
 from __future__ import annotations
 
+import base64
+import io
 import json
 import os
 import subprocess
@@ -15,6 +17,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import PIL.Image
+import PIL.ImageChops
 import pytest
 
 from capjudge import Judge
@@ -55,7 +59,8 @@ class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         self._send({})
     def do_POST(self):
-        self.rfile.read(int(self.headers["Content-Length"]))
+        with open(os.environ["FAKE_VLLM_BODY"], "wb") as f:
+            f.write(self.rfile.read(int(self.headers["Content-Length"])))
         self._send({"id": "x", "object": "chat.completion", "created": 0, "model": model,
                     "choices": [{"index": 0, "message": {"role": "assistant", "content": "7"}, "finish_reason": "stop"}],
                     "usage": {"prompt_tokens": 5, "completion_tokens": 1, "total_tokens": 6}})
@@ -76,11 +81,22 @@ def fake(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, Path]:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_text(json.dumps({"model_type": "llava", "vision_config": {"model_type": "clip_vision_model"}}))
-    files = {"python": python, "model": model, "argv": tmp_path / "argv.json", "child": tmp_path / "child.pid"}
+    # where transformers 5 saves the image processor's settings (CLIP's mean colour)
+    (model / "processor_config.json").write_text(json.dumps({"image_processor": {"image_mean": [0.48145466, 0.4578275, 0.40821073]}}))
+    files = {"python": python, "model": model, "argv": tmp_path / "argv.json", "child": tmp_path / "child.pid", "body": tmp_path / "body.json"}
+    monkeypatch.setenv("FAKE_VLLM_BODY", str(files["body"]))
     monkeypatch.setenv("FAKE_VLLM_ARGV", str(files["argv"]))
     monkeypatch.setenv("FAKE_VLLM_CHILD", str(files["child"]))
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # the servers' temporary logs
     return files
+
+
+def _sent_image(body: Path) -> PIL.Image.Image:
+    """The image of the last chat request the fake server received."""
+    parts = json.loads(body.read_text())["messages"][-1]["content"]
+    url = next(p["image_url"]["url"] for p in parts if p["type"] == "image_url")
+    assert url.startswith("data:image/")
+    return PIL.Image.open(io.BytesIO(base64.b64decode(url.split(",", 1)[1])))
 
 
 def _alive(pid: int) -> bool:
@@ -198,6 +214,15 @@ def test_started_at_the_first_request_used_and_stopped(fake: dict[str, Path]) ->
     second = judge.score(CATS, "a dog")
     assert first.ok and second.ok and first.raw == "7", first.error
     assert first.details["judge_preset"] == "llava-1.5"
+    # LLaVA-1.5's preprocessing, which vLLM's processor does not do: the image padded to a square
+    # with the processor's mean colour, sent losslessly
+    sent = _sent_image(fake["body"])
+    original = PIL.Image.open(CATS).convert("RGB")
+    assert sent.width == sent.height == max(original.size) != min(original.size)
+    expected = PIL.Image.new("RGB", sent.size, (122, 116, 104))  # int(255 * CLIP's mean), as hf: pads
+    expected.paste(original, ((sent.width - original.width) // 2, (sent.height - original.height) // 2))
+    assert PIL.ImageChops.difference(sent.convert("RGB"), expected).getbbox() is None  # pixel for pixel
+    assert judge.backend.identity()["pad_square"] is True
     assert first.backend == f"vllm:{fake['model']}?concurrency=4"
     child = int(fake["child"].read_text())
     assert _alive(child)
@@ -224,3 +249,32 @@ def test_no_server_outlives_capjudge(fake: dict[str, Path], ending: str) -> None
     assert _gone(int(fake["child"].read_text()), within=20)
     if "SIGKILL" not in ending:  # a killed capjudge cannot remove its temporary log
         assert not list(Path(env["TMPDIR"]).iterdir())  # its temporary log removed too
+
+
+def test_pad_square_off_sends_the_image_as_it_is(fake: dict[str, Path]) -> None:
+    judge = Judge("vanilla", f"vllm:{fake['model']}?pad_square=false", backend_options={"python": str(fake["python"])})
+    assert judge.score(CATS, "two cats").ok
+    assert _sent_image(fake["body"]).size == PIL.Image.open(CATS).size and "pad_square" not in judge.backend.identity()
+    judge.close()
+
+
+def test_parity_says_padding_differs_only_when_it_does(example_images: list[Path]) -> None:
+    """`capjudge parity` warns that an HF backend pads images where the other backend does not;
+    a ``vllm:`` backend that pads as well gets no such note."""
+    from capjudge.backends.scripted import ScriptedBackend
+    from capjudge.parity import run_parity
+
+    class Shown(ScriptedBackend):
+        def __init__(self, kind: str, **identity: object) -> None:
+            super().__init__("0.5")
+            self.kind, self.extra = kind, identity
+
+        def identity(self) -> dict[str, object]:
+            return {**super().identity(), **self.extra}
+
+    samples = [{"image": str(example_images[0]), "caption": "two cats"}]
+    padded_hf = Shown("hf", pad_square=True)
+    unpadded = run_parity(samples, padded_hf, Shown("openai-compatible"), method="vanilla")
+    assert any("pads images to a square" in n for n in unpadded.notes)
+    padded = run_parity(samples, padded_hf, Shown("vllm", pad_square=True), method="vanilla")
+    assert not any("pads images to a square" in n for n in padded.notes)

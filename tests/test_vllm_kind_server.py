@@ -63,10 +63,11 @@ def served(models: tuple[Path, Path]) -> Iterator[object]:
 
 @pytest.fixture(scope="module")
 def hf(models: tuple[Path, Path]) -> Iterator[object]:
-    """The same weights on the HF backend, images not padded (vLLM's processor does not pad)."""
+    """The same weights on the HF backend, with its defaults (LLaVA-1.5's preset: images padded to
+    a square, which ``vllm:`` does before sending them)."""
     from capjudge.backends.registry import load_backend
 
-    backend = load_backend(f"hf:{models[0]}?pad_square=false&dtype=float32")
+    backend = load_backend(f"hf:{models[0]}?dtype=float32")
     yield backend
     backend.close()
 

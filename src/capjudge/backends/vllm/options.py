@@ -56,7 +56,7 @@ CLIENT_OPTIONS = (
 )  # fmt: skip
 """Options of the OpenAI-protocol client (:class:`~capjudge.backends.openai.OpenAIBackend`)."""
 
-OWN_OPTIONS = ("python", "startup_timeout", "preset", "chat_template", "reasoning_parser", "server_args")
+OWN_OPTIONS = ("python", "startup_timeout", "preset", "chat_template", "reasoning_parser", "server_args", "pad_square")
 """The kind's own options."""
 
 DEFAULT_CONCURRENCY = 32
@@ -91,6 +91,7 @@ class VLLMSettings:
     flags: dict[str, Any] = field(default_factory=dict)
     server_args: tuple[str, ...] = ()
     client: dict[str, Any] = field(default_factory=dict)
+    pad_fill: tuple[int, ...] | None = None  # images padded to a square with this colour (LLaVA-1.5), or not
 
     @property
     def max_logprobs(self) -> int:
@@ -124,6 +125,8 @@ class VLLMSettings:
             ident["preset"] = self.preset.name
         if self.reasoning_parser:
             ident["reasoning_parser"] = self.reasoning_parser
+        if self.pad_fill is not None:
+            ident["pad_square"] = True
         for name in IDENTITY_FLAGS:
             if name in self.flags:
                 ident[name] = json.dumps(self.flags[name], sort_keys=True) if isinstance(self.flags[name], dict) else self.flags[name]
@@ -214,6 +217,36 @@ def _chat_template(given: Any, preset: JudgePreset | None) -> tuple[str | None, 
     return str(path.resolve()), "sha256:" + hashlib.sha256(path.read_bytes()).hexdigest()[:16]
 
 
+def _pad_fill(model: str, given: Any, preset: JudgePreset | None) -> tuple[int, ...] | None:
+    """The colour images are padded to a square with (the image processor's mean, as the HF
+    backend pads), or ``None``: ``pad_square=auto`` follows the preset (LLaVA-1.5 pads)."""
+    text = "auto" if given is None else str(given).strip().lower()
+    pad = (preset is not None and preset.pad_square) if text == "auto" else as_bool(given, "pad_square")
+    if not pad:
+        return None
+    mean = _image_mean(model)
+    return tuple(int(x * 255) for x in (mean or (0.5, 0.5, 0.5)))  # the HF backend's fallback
+
+
+def _image_mean(model: str) -> list[float] | None:
+    """The image processor's ``image_mean``: ``preprocessor_config.json``, or the ``image_processor``
+    of ``processor_config.json`` (where transformers 5 saves it), of a folder or a hub id."""
+    for name in ("preprocessor_config.json", "processor_config.json"):
+        path = Path(model) / name
+        try:
+            if not Path(model).is_dir():
+                from huggingface_hub import hf_hub_download
+
+                path = Path(hf_hub_download(model, name))
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except Exception:  # noqa: BLE001 - not there: the next file, or the fallback
+            continue
+        mean = (data.get("image_processor") or {}).get("image_mean") if "image_mean" not in data else data["image_mean"]
+        if isinstance(mean, list) and len(mean) == 3 and all(isinstance(x, (int, float)) for x in mean):
+            return [float(x) for x in mean]
+    return None
+
+
 def check_options(spec: BackendSpec, **options: Any) -> VLLMSettings:
     """A ``vllm:`` spec's options checked and converted, without starting anything: known names,
     values of the right kind, the Python, the model folder, the chat template and the client's
@@ -246,4 +279,5 @@ def check_options(spec: BackendSpec, **options: Any) -> VLLMSettings:
     checked = check_client(BackendSpec("openai-compatible", f"http://127.0.0.1:0/v1#{model}"), **client)
     checked.pop("model", None)
     checked.pop("base_url", None)
-    return VLLMSettings(model, find_python(options.get("python")), float(startup), preset, template, template_id, parser, flags, server_args, checked)
+    pad = _pad_fill(model, options.get("pad_square"), preset)
+    return VLLMSettings(model, find_python(options.get("python")), float(startup), preset, template, template_id, parser, flags, server_args, checked, pad)
