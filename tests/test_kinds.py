@@ -24,7 +24,8 @@ def test_every_registered_kind_has_an_entry_whose_module_and_class_exist() -> No
 
 def test_the_properties_of_the_builtin_kinds() -> None:
     assert kinds.api_kinds() == ("openai", "azure", "openai-compatible")
-    assert kinds.local_kinds() == ("hf", "llamacpp") == kinds.text_as_text_kinds() == kinds.preset_kinds()
+    assert kinds.local_kinds() == ("hf", "llamacpp", "vllm") == kinds.preset_kinds()
+    assert kinds.text_as_text_kinds() == ("hf", "llamacpp")  # a vLLM server renders and tokenizes the prompt itself
     assert kinds.batch_kinds() == kinds.api_kinds()
     assert (kinds.key_variable("openai"), kinds.key_variable("azure"), kinds.key_variable("openai-compatible")) == ("OPENAI_API_KEY", "AZURE_OPENAI_API_KEY", None)
     assert kinds.is_api(" OpenAI ") and not kinds.is_api("scripted") and not kinds.is_local("scripted")

@@ -20,7 +20,7 @@ class BackendKind:
     ``factory`` is the ``"module:function"`` that builds it from a parsed spec (the module may also
     offer ``check_options`` and ``lazy_from_spec``); ``implementation`` the class that answers.
     ``api``: an OpenAI-protocol server (requests run concurrently, ``--concurrency``, ``--max-cost``
-    and the API flags apply); ``local``: the model runs in this process (a GPU is worth asking for);
+    and the API flags apply); ``local``: the model runs on this machine, in this process or a server capjudge starts (a GPU is worth asking for);
     ``batch``: the provider's Batch API can answer it (``--batch``); ``preset_option``: the backend
     option a judge preset (``--judge``) becomes (``preset``: any preset by name; ``prompt_format``:
     the families the backend runs, as their prompt format; ``None``: presets do not apply); ``extra``: the pip extra that installs what it imports (``None``: none
@@ -72,6 +72,7 @@ BUILTIN: tuple[BackendKind, ...] = (
     BackendKind("openai", _OPENAI, _OPENAI_CLASS, api=True, batch=True, key_variable="OPENAI_API_KEY"),
     BackendKind("azure", _OPENAI, _OPENAI_CLASS, api=True, batch=True, key_variable="AZURE_OPENAI_API_KEY"),
     BackendKind("openai-compatible", _OPENAI, _OPENAI_CLASS, api=True, batch=True, url_target=True),
+    BackendKind("vllm", "capjudge.backends.vllm:from_spec", "capjudge.backends.vllm.backend:VLLMBackend", local=True, preset_option="preset"),
     BackendKind("scripted", "capjudge.backends.scripted:from_spec", "capjudge.backends.scripted:ScriptedBackend", text_options=("rules", "text")),
 )
 """The kinds capjudge ships."""
@@ -110,7 +111,7 @@ def is_api(kind: str) -> bool:
 
 
 def is_local(kind: str) -> bool:
-    """The model runs in this process (``hf``, ``llamacpp``)."""
+    """The model runs on this machine (``hf``, ``llamacpp``; ``vllm``: a server capjudge starts)."""
     return get(kind).local
 
 

@@ -118,7 +118,7 @@ def _settings_notes(a: Backend, b: Backend) -> list[str]:
     ids = {"a": a.identity(), "b": b.identity()}
     for name, other in (("a", "b"), ("b", "a")):
         me, them = ids[name], ids[other]
-        if is_local(str(me.get("kind"))) and me.get("pad_square") and me.get("kind") != them.get("kind"):
+        if is_local(str(me.get("kind"))) and me.get("pad_square") and not them.get("pad_square") and me.get("kind") != them.get("kind"):
             notes.append(
                 f"backend {name} ({me.get('kind')}) pads images to a square first (LLaVA-1.5's own preprocessing); servers such as vLLM run "
                 f"the processor alone, which centre-crops: use pad_square=false on backend {name} to compare like with like"

@@ -16,16 +16,15 @@ Two things differ between a LLaVA folder written by transformers and what vLLM l
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-import signal
-import socket
-import subprocess
-import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from capjudge.backends.vllm.process import ServerProcess, ServerStartError, free_port, read_tail
+
+__all__ = ["VLLMServer", "VLLMServerError", "build_tiny_llava_for_vllm", "free_port", "vllm_checkpoint"]
 
 # The tiny LLaVA's text model for vLLM: hidden 128 and 4 heads, so a head size of 32.
 VLLM_TINY_HIDDEN = 128
@@ -74,15 +73,8 @@ def build_tiny_llava_for_vllm(directory: str | Path, *, seed: int = 0, **kwargs:
     return hf_dir, vllm_checkpoint(hf_dir, root / "vllm")
 
 
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class VLLMServerError(RuntimeError):
-    """The vLLM server did not start (the message ends with the tail of its log)."""
+VLLMServerError = ServerStartError
+"""The vLLM server did not start (the message ends with the tail of its log)."""
 
 
 class VLLMServer:
@@ -117,7 +109,7 @@ class VLLMServer:
         self.extra_args = list(extra_args)
         self.log_path = Path(log_path) if log_path else Path(self.model_dir).parent / f"vllm-server-{self.port}.log"
         self.startup_s: float | None = None
-        self._proc: subprocess.Popen[bytes] | None = None
+        self._proc: ServerProcess | None = None
 
     @property
     def root_url(self) -> str:
@@ -150,51 +142,24 @@ class VLLMServer:
 
     def start(self, timeout: float = 300.0) -> VLLMServer:
         """Start the server and wait until ``/health`` answers (raises :class:`VLLMServerError`)."""
-        import httpx
-
         env = dict(os.environ)
         env.setdefault("VLLM_CPU_KVCACHE_SPACE", str(self.kv_cache_gib))  # GiB; the default is far larger
         env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
         env.pop("PYTHONPATH", None)  # the server runs on its own env's packages only
-        t0 = time.monotonic()
-        # A session of its own: stop() ends the server with the engine processes it spawns.
-        with open(self.log_path, "wb") as log:  # the child keeps its own copy of the descriptor
-            self._proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
-        deadline = t0 + timeout
-        while True:
-            if self._proc.poll() is not None:
-                raise VLLMServerError(f"the vLLM server exited with code {self._proc.returncode} before it was ready:\n{self.log_tail()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(self.root_url + "/health", timeout=2.0).status_code == 200:
-                    break
-            if time.monotonic() > deadline:
-                self.stop()
-                raise VLLMServerError(f"the vLLM server was not ready after {timeout:.0f} s:\n{self.log_tail()}")
-            time.sleep(0.5)
-        self.startup_s = time.monotonic() - t0
+        self._proc = ServerProcess(self.command(), self.root_url + "/health", env=env, log_path=self.log_path)
+        self._proc.start(timeout, what="the vLLM server")
+        self.startup_s = self._proc.startup_s
         return self
 
     def log_tail(self, lines: int = 30) -> str:
         """The last lines of the server's log."""
-        try:
-            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
-        except OSError:
-            return "(no log)"
+        return read_tail(self.log_path, lines)
 
     def stop(self) -> None:
         """Stop the server and the engine processes it spawned (its process group)."""
         proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-        with contextlib.suppress(ProcessLookupError):  # engine processes that outlived the server
-            os.killpg(proc.pid, signal.SIGKILL)
+        if proc is not None:
+            proc.stop()
 
     def __enter__(self) -> VLLMServer:
         return self.start()
