@@ -2,13 +2,15 @@
 ``capjudge methods``; the default judge of ``score`` / ``compare`` / ``arena`` when no ``--backend``
 is given (checked on the fake OpenAI server: the request names the paper's model); a usage error
 naming the command when the paper's judge has no hosted spec (CaptionQA); one note on stderr, in the
-summary and in the HTML report when another judge runs, and none for methods without a paper judge."""
+summary and in the HTML report when another judge runs, and none for methods without a paper judge;
+CAPability's text-only requests (rows without a readable image) on a local backend."""
 
 from __future__ import annotations
 
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -185,3 +187,24 @@ def test_tally_rows_and_notes_by_judge() -> None:
     plain = RunTally(method="vanilla")
     plain.add(record("Qwen2-VL-7B", method="vanilla"))
     assert plain.warnings() == [] and plain.judge_rows() == []
+
+
+@pytest.mark.slow
+def test_tiny_hf_runs_capability_text_only(hf_backend: Any) -> None:
+    """The text-only method with no image at all (CAPability: its rows may name videos) runs on a
+    local backend: every caption gets a record, no request carries an image."""
+    from capjudge import Judge
+    from capjudge.backends.scripted import ScriptedBackend
+
+    seen: list[Any] = []
+
+    def answer(request: Any) -> Any:
+        seen.append(request)
+        return hf_backend.generate([request])[0]
+
+    rows = [json.loads(line) for line in (CAPABILITY / "captions.jsonl").read_text(encoding="utf-8").splitlines()][:3]
+    for backend in (hf_backend, ScriptedBackend(answer, model="spy")):
+        judge = Judge("capability", backend, max_new_tokens=8, method_options={"annotations": str(CAPABILITY / "annotations")})
+        res = list(judge.score_many(rows))  # not closed: hf_backend is the session's
+        assert len(res) == len(rows) and all(r.status in ("ok", "error") for r in res)
+    assert seen and all(not m.images for r in seen for m in r.messages)
