@@ -143,6 +143,16 @@ def test_captionqa_without_backend_is_a_usage_error_naming_the_command(tmp_path:
     assert not (tmp_path / "o.jsonl").exists()
 
 
+def test_the_captionqa_message_names_the_vllm_kind_where_it_is_registered(monkeypatch: pytest.MonkeyPatch) -> None:
+    from capjudge.backends import kinds
+    from capjudge.cli.paperjudge import open_judge_specs
+
+    monkeypatch.setattr(kinds, "names", lambda: ["openai", "openai-compatible", "vllm"])
+    assert [spec for spec, _ in open_judge_specs("Qwen/Qwen2.5-72B-Instruct")] == ["vllm:Qwen/Qwen2.5-72B-Instruct", "openai-compatible:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-72B-Instruct"]
+    monkeypatch.setattr(kinds, "names", lambda: ["openai", "openai-compatible"])
+    assert [spec for spec, _ in open_judge_specs("Qwen/Qwen2.5-72B-Instruct")] == ["openai-compatible:http://127.0.0.1:8000/v1#Qwen/Qwen2.5-72B-Instruct"]
+
+
 @pytest.mark.parametrize("command", ["score", "compare"])
 def test_methods_without_a_paper_judge_still_need_a_backend(tmp_path: Path, capsys: pytest.CaptureFixture[str], command: str) -> None:
     inp = EXAMPLES / ("pairs.jsonl" if command == "compare" else "captions.jsonl")

@@ -18,13 +18,13 @@ def backend_given(args: argparse.Namespace) -> bool:
     return any(getattr(args, flag, None) for flag in ("backend", "panel", "remote"))
 
 
-def open_judge_specs(model: str) -> list[str]:
-    """The backend specs that run an open paper judge: ``vllm:MODEL`` where that kind is
-    registered, and an OpenAI-compatible server."""
+def open_judge_specs(model: str) -> list[tuple[str, str]]:
+    """The backend specs that run an open paper judge, each with how: ``vllm:MODEL`` where that
+    kind is registered (capjudge starts the server), and vLLM's OpenAI-compatible server."""
     from capjudge.backends import kinds
 
-    local = [f"vllm:{model}"] if "vllm" in kinds.names() else []
-    return [*local, SERVER_HINT.format(model=model)]
+    local = [(f"vllm:{model}", "capjudge starts vLLM")] if "vllm" in kinds.names() else []
+    return [*local, (SERVER_HINT.format(model=model), f"a server started with `vllm serve {model}`")]
 
 
 def use_paper_judge(args: argparse.Namespace, method: Any) -> bool:
@@ -36,11 +36,8 @@ def use_paper_judge(args: argparse.Namespace, method: Any) -> bool:
     if backend_given(args) or judge is None:
         return False
     if judge.backend is None:
-        specs = " or ".join(f"--backend {s}" for s in open_judge_specs(judge.model))
-        raise UsageError(
-            f"method {method.name!r} needs --backend: its paper's judge, {judge.describe()}, has no hosted default; "
-            f"run it with {specs} (after `vllm serve {judge.model}`), or name another judge"
-        )
+        specs = " or ".join(f"--backend {spec} ({how})" for spec, how in open_judge_specs(judge.model))
+        raise UsageError(f"method {method.name!r} needs --backend: its paper's judge, {judge.describe()}, has no hosted default; run it with {specs}, or name another judge")
     args.backend = judge.backend
     if hasattr(args, "backends"):
         args.backends = [judge.backend]
