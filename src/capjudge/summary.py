@@ -22,7 +22,6 @@ CAUSE_CHARS = 400
 
 _SAMPLE_PREFIX = re.compile(r"^(?:sample|pair) [^:]*: (?:backend error: )?")
 NO_LOGPROBS = "no token probabilities"  # in details.smoothing when the backend gave none
-CAPABILITY_PAPER_JUDGE = "gpt-4-turbo"  # eval.py's --eval_model default, the paper's judge
 
 
 def count_text(value: float) -> str:
@@ -54,7 +53,8 @@ class RunTally:
     micro: dict[str, list[float]] = field(default_factory=dict)
     # CAPability dimension -> its item scores (details.capability), for eval.py's metrics
     capability: dict[str, list[Any]] = field(default_factory=dict)
-    capability_judges: set[str] = field(default_factory=set)
+    # the models of the ok records, for the note of a method whose paper used another judge
+    judge_models: set[str] = field(default_factory=set)
     # CaptionQA: every question's item (details.steps.questions), for qa.py's final summary
     qa_items: list[dict[str, Any]] = field(default_factory=list)
 
@@ -72,6 +72,7 @@ class RunTally:
                 self.causes[cause] += 1
             return
         self.ok += 1
+        self.judge_models.add(str(getattr(result, "model", "") or ""))
         verdict = getattr(result, "verdict", None)
         if verdict is not None:
             self.verdicts[verdict] += 1
@@ -80,8 +81,6 @@ class RunTally:
             return
         self.score_sum += result.score or 0.0
         self.add_counts(details.get("counts"))
-        if details.get("capability"):
-            self.capability_judges.add(str(getattr(result, "model", "") or ""))
         for item in details.get("capability") or ():
             if isinstance(item, dict) and item.get("score") is not None:
                 self.capability.setdefault(str(item.get("dimension")), []).append(item["score"])
@@ -144,7 +143,7 @@ class RunTally:
             rows += [("  smoothed", str(self.smoothed)), ("  raw (not smoothed)", str(self.raw))]
         rows += self.failure_rows()
         rows += [("cache hits", str(self.cached)), ("mean score", f"{self.score_sum / self.ok:.4g}" if self.ok else "-")]
-        return rows + self.micro_rows() + self.capability_rows() + self.captionqa_rows()
+        return rows + self.micro_rows() + self.capability_rows() + self.captionqa_rows() + self.judge_rows()
 
     def capability_rows(self) -> list[tuple[str, str]]:
         """CAPability's official numbers (eval.py's ``calculate_metric`` per dimension, then the
@@ -206,10 +205,34 @@ class RunTally:
                 "smoothed ones. Use a backend or server that returns logprobs (some servers, e.g. `transformers serve`, "
                 "drop them), or estimate_by_sampling=N."
             )
-        others = sorted(m for m in self.capability_judges if not m.startswith(CAPABILITY_PAPER_JUDGE))
-        if others:
-            out.append(f"NOTE: CAPability's eval.py judges with {CAPABILITY_PAPER_JUDGE}; this run's judge is {', '.join(others)}: its numbers are not the paper's judge's.")
+        note = self.judge_note()
+        if note is not None:
+            out.append(note)
         return out
+
+    @property
+    def paper_judge(self) -> Any:
+        """The judge behind the paper's numbers of the run's method (``Method.paper_judge``), or
+        ``None`` (no such judge, or not a registered method)."""
+        from capjudge.prompts.registry import paper_judge_of
+
+        return paper_judge_of(self.method)
+
+    def judge_note(self) -> str | None:
+        """The note when the run's judge is not the one behind the paper's numbers (none for a
+        method without a paper judge)."""
+        judge = self.paper_judge
+        return judge.note(self.method, self.judge_models) if judge is not None else None
+
+    def judge_rows(self) -> list[tuple[str, str]]:
+        """The summary's row on the paper's judge: for a method that has one, whether this run's
+        judge is it (no row for other methods, or before any record is ok)."""
+        judge = self.paper_judge
+        if judge is None or not self.judge_models:
+            return []
+        others = judge.others(self.judge_models)
+        said = f"not this run's ({', '.join(others)}): numbers not directly comparable" if others else "this run's"
+        return [("paper's judge", f"{judge.model}, {said}")]
 
     def backend_failure_message(self) -> str | None:
         """The closing message when samples failed for backend reasons (exit code 3), else None."""

@@ -30,6 +30,7 @@ from capjudge.cli.common import (
     usage_rows,
 )
 from capjudge.cli.html import add_html_option
+from capjudge.cli.paperjudge import use_paper_judge
 from capjudge.cli.trust_common import add_human_option, check_human, human_summary
 from capjudge.errors import UsageError
 
@@ -95,6 +96,8 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
         args.round_robin = True
     elif args.protocol == "baseline" and args.baseline is None:
         raise UsageError("--protocol baseline needs --baseline NAME")
+    if args.method and not (args.backend or args.panel):  # the method's paper judge, when it has one
+        use_paper_judge(args, method_with_template(args.method, args.template, args.template_file))
     missing = [flag for flag, v in (("--out BATTLES.jsonl", args.out), ("--backend", args.backend or args.panel)) if not v]
     if missing:
         raise UsageError(f"arena needs {', '.join(missing)}")

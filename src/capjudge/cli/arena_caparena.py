@@ -118,6 +118,10 @@ def _check_auto(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
             raise UsageError(f"--protocol caparena-auto takes its battles from --assignments: it does not take {flag}")
     if args.mode == "grading":
         raise UsageError("--protocol caparena-auto asks one order of a pairwise comparison: it does not go with --mode grading")
+    if not (args.backend or args.panel):  # the method's paper judge (caparena's: CapArena's gpt-4o-2024-08-06)
+        from capjudge.cli.paperjudge import use_paper_judge
+
+        use_paper_judge(args, method_with_template(args.method or DEFAULT_METHOD, args.template, args.template_file))
     missing = [flag for flag, v in (("--assignments FILE", args.assignments), ("--models NAME=captions.json", args.models), ("--out BATTLES.jsonl", args.out), ("--backend", args.backend or args.panel)) if not v]
     if missing:
         raise UsageError(f"--protocol caparena-auto needs {', '.join(missing)}")

@@ -45,6 +45,7 @@ def _method_rows() -> list[dict[str, Any]]:
                 "source_title": src.title,
                 "source_url": src.url,
                 "description": m.description,
+                "paper_judge": m.paper_judge.as_row() if m.paper_judge is not None else None,
             }
         )
     return rows
@@ -75,6 +76,8 @@ def cmd_methods(args: argparse.Namespace) -> int:
         print(f"{pad}decoding: {r['decoding']}; parse: {r['parse']}")
         if r["options"]:
             print(f"{pad}options:  {'; '.join(_option_text(k, v) for k, v in r['options'].items())}")
+        if r["paper_judge"]:
+            print(f"{pad}judge:    {_judge_text(r['paper_judge'])}")
     print()
     print("Sources:")
     seen: dict[str, str] = {}
@@ -84,6 +87,7 @@ def cmd_methods(args: argparse.Namespace) -> int:
     for short, cite in seen.items():
         print(f"  {short}: {cite}")
     print("Method options: --method-option KEY=VALUE; every method also takes temperature=T.")
+    print("judge: the judge behind the paper's numbers; without --backend, score / compare / arena run it (another judge's numbers are not directly comparable).")
     return EXIT_OK
 
 
@@ -99,6 +103,13 @@ def _option_text(name: str, default: Any) -> str:
     values = "|".join(OPTION_CHOICES[name]) if name in OPTION_CHOICES else _OPTION_VALUE.get(name, "VALUE")
     shown = default if default not in (None, "") else "(none)"
     return f"{name}={values}, default {shown}"
+
+
+def _judge_text(judge: dict[str, Any]) -> str:
+    """A method's paper judge as ``capjudge methods`` shows it: the model, how the paper served it,
+    where its code names it, and the default ``--backend`` (or that there is none)."""
+    default = f"default --backend {judge['default_backend']}" if judge["default_backend"] else "no default --backend (give one)"
+    return f"the paper's: {judge['model']}, {judge['served']} ({judge['where']}); {default}"
 
 
 # --------------------------------------------------------------------------------------- judges

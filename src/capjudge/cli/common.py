@@ -415,8 +415,8 @@ def add_common(p: argparse.ArgumentParser, *, method_default: str | None = None,
         "scripted:TEXT[?rules=FILE] (no model; FILE: [pattern, answer] regex rules, trusted like code: a pattern "
         "such as (a+)+$ can run for minutes on a caption)"
     )
-    if panel:
-        add_backend_option(p, backend_help)
+    if panel:  # score, compare, arena: a method whose paper hard-wires a judge runs on it by default
+        add_backend_option(p, backend_help + "; without it, a method with a paper judge (`capjudge methods`: judge) runs on that judge")
     else:
         p.add_argument("--backend", required=backend_required and not remote, help=backend_help)
     if method_default is None:

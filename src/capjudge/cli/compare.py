@@ -112,6 +112,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
                     ("B better", str(tally.verdicts["B"])),
                     ("tie", str(tally.verdicts["tie"])),
                     *tally.position_rows(),
+                    *tally.judge_rows(),
                     *tally.failure_rows(),
                     ("cache hits", str(tally.cached)),
                     ("kept from --out", str(len(plan.kept))),

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.cli.common import add_common, judge_kwargs, method_with_template, positive, seconds
+from capjudge.cli.paperjudge import use_paper_judge
 from capjudge.errors import UsageError
 
 # What --remote leaves to the server (the method, the backend and how they run): refused with it.
@@ -175,12 +176,16 @@ def judge_kwargs_images(args: argparse.Namespace) -> dict[str, Any]:
 
 def command_method(args: argparse.Namespace, default: str | None = None) -> Any:
     """The method of a judging command: the server's with ``--remote``, else ``--method`` (or
-    ``default``) with ``--template`` / ``--template-file``."""
+    ``default``) with ``--template`` / ``--template-file``. Without a backend, the method's paper
+    judge becomes ``args.backend`` (:func:`capjudge.cli.paperjudge.use_paper_judge`)."""
     if getattr(args, "remote", None):
         return remote_judge(args).method
-    if getattr(args, "backend", None) is None and getattr(args, "panel", None) is None:
-        raise UsageError("give a backend: --backend SPEC (several times for a panel of judges), --panel FILE, or --remote URL (judge through `capjudge serve`)")
     name = args.method or default
+    if getattr(args, "backend", None) is None and getattr(args, "panel", None) is None:
+        method = method_with_template(name, args.template, args.template_file) if name is not None else None
+        if method is None or not use_paper_judge(args, method):  # the paper's judge, when the method has one
+            raise UsageError("give a backend: --backend SPEC (several times for a panel of judges), --panel FILE, or --remote URL (judge through `capjudge serve`)")
+        return method
     if name is None:
         raise UsageError("give --method NAME (see `capjudge methods`)")
     return method_with_template(name, args.template, args.template_file)

@@ -30,6 +30,14 @@ from capjudge.errors import UsageError
 from capjudge.prompts.capability import SOURCES as CAPABILITY_SOURCES
 from capjudge.prompts.dcscore import SOURCES as DCSCORE_SOURCES
 from capjudge.prompts.detailed import SOURCES as DETAILED_SOURCES
+from capjudge.prompts.paperjudge import (
+    CAPABILITY_JUDGE,
+    CAPARENA_JUDGE,
+    CAPMAS_JUDGE,
+    CAPTIONQA_JUDGE,
+    DCSCORE_JUDGE,
+    PaperJudge,
+)
 from capjudge.prompts.sandbox import (
     BoundedSandbox,
     RenderLimitError,
@@ -230,6 +238,8 @@ class Method:
     of the wrong format is asked again; ``pipeline`` names their steps per caption
     (``judges.steps.PIPELINES``), whose templates ``step_templates`` lists. ``needs_image``:
     ``False`` for a text-only method (CAPability), whose samples' images are never read.
+    ``paper_judge``: the judge the official code hard-wires, behind the paper's numbers
+    (:mod:`capjudge.prompts.paperjudge`); ``None`` for methods without one.
     """
 
     name: str
@@ -258,6 +268,7 @@ class Method:
     pipeline: str | None = None
     step_templates: tuple[str, ...] = ()
     needs_image: bool = True
+    paper_judge: PaperJudge | None = None
 
     @property
     def official_system(self) -> bool:
@@ -442,6 +453,16 @@ def get_method(name: str | Method) -> Method:
     return _METHODS[key]
 
 
+def paper_judge_of(name: str) -> PaperJudge | None:
+    """The paper judge of the method named ``name`` (as records and runs name it: ``caparena``,
+    ``capability+mine`` for a method run with ``--template``), or ``None``: no such judge, or no
+    registered method of that name."""
+    try:
+        return get_method(name.partition("+")[0]).paper_judge if name else None
+    except UnknownMethodError:
+        return None
+
+
 def list_methods() -> list[str]:
     """Names of the registered methods."""
     return sorted(_METHODS)
@@ -504,10 +525,10 @@ for _m in (
 CAPMAS_TEMPERATURE = 0.0000001
 CAPMAS_MAX_TOKENS = 4096
 for _m in (
-    Method("caparena", "caparena", kind="pairwise", system_template="caparena_system", temperature=0.1, top_p=0.9, max_new_tokens=1500, image_detail="high", format_tries=5, parser="caparena", normalize_caption=False, source="caparena-code", paper="vlm_as_a_judge.py (mllm_judge_pairs, call_llm)", description="CapArena's pairwise VLM-as-a-judge: its system prompt with the human reference when the pair has one (else the one without), 'Reason: ... Judgment: ...', asked again up to 5 times on a bad format."),
-    Method("capmas-factuality", "capmas_verify", scale=(0.0, 1.0), needs_references=True, pipeline="capmas-factuality", parser="capmas", step_templates=("capmas_decompose_system", "capmas_verify_system"), temperature=CAPMAS_TEMPERATURE, context_temperature=CAPMAS_TEMPERATURE, max_new_tokens=CAPMAS_MAX_TOKENS, context_max_new_tokens=CAPMAS_MAX_TOKENS, normalize_caption=False, source="capmas-code", paper="eval_factuality.py", description="CapMAS factuality: the caption decomposed into atomic propositions (text only), each verified True/False against the image and the reference description; score = share of true propositions; the run's precision over all propositions."),
-    Method("capmas-coverage", "capmas_coverage", scale=(0.0, 1.0), pipeline="capmas-coverage", parser="capmas", step_templates=("capmas_coverage_system",), temperature=CAPMAS_TEMPERATURE, max_new_tokens=CAPMAS_MAX_TOKENS, normalize_caption=False, source="capmas-code", paper="eval_coverage.py", options={"vqa_dir": ""}, description="CapMAS coverage: a text-only judge answers the image's multiple-choice questions (--vqa-dir, CapMAS's per-image JSON) from the caption alone; score = share of correct answers; the run's recall over all questions."),
-    Method("clair", "clair", scale=(0.0, 1.0), needs_references=True, pipeline="clair", parser="clair", temperature=0.0, max_new_tokens=CAPMAS_MAX_TOKENS, format_tries=3, normalize_caption=False, source="clair", paper="eval_clair.py (CapMAS), CLAIR Sec. 3", description="CLAIR: a text-only LLM rates 0-100 how likely the caption and the references describe the same image (JSON score and reason, else the first number); score / 100; 3 tries."),
+    Method("caparena", "caparena", kind="pairwise", system_template="caparena_system", temperature=0.1, top_p=0.9, max_new_tokens=1500, image_detail="high", format_tries=5, parser="caparena", normalize_caption=False, source="caparena-code", paper="vlm_as_a_judge.py (mllm_judge_pairs, call_llm)", description="CapArena's pairwise VLM-as-a-judge: its system prompt with the human reference when the pair has one (else the one without), 'Reason: ... Judgment: ...', asked again up to 5 times on a bad format.", paper_judge=CAPARENA_JUDGE),
+    Method("capmas-factuality", "capmas_verify", scale=(0.0, 1.0), needs_references=True, pipeline="capmas-factuality", parser="capmas", step_templates=("capmas_decompose_system", "capmas_verify_system"), temperature=CAPMAS_TEMPERATURE, context_temperature=CAPMAS_TEMPERATURE, max_new_tokens=CAPMAS_MAX_TOKENS, context_max_new_tokens=CAPMAS_MAX_TOKENS, normalize_caption=False, source="capmas-code", paper="eval_factuality.py", description="CapMAS factuality: the caption decomposed into atomic propositions (text only), each verified True/False against the image and the reference description; score = share of true propositions; the run's precision over all propositions.", paper_judge=CAPMAS_JUDGE),
+    Method("capmas-coverage", "capmas_coverage", scale=(0.0, 1.0), pipeline="capmas-coverage", parser="capmas", step_templates=("capmas_coverage_system",), temperature=CAPMAS_TEMPERATURE, max_new_tokens=CAPMAS_MAX_TOKENS, normalize_caption=False, source="capmas-code", paper="eval_coverage.py", options={"vqa_dir": ""}, description="CapMAS coverage: a text-only judge answers the image's multiple-choice questions (--vqa-dir, CapMAS's per-image JSON) from the caption alone; score = share of correct answers; the run's recall over all questions.", paper_judge=CAPMAS_JUDGE),
+    Method("clair", "clair", scale=(0.0, 1.0), needs_references=True, pipeline="clair", parser="clair", temperature=0.0, max_new_tokens=CAPMAS_MAX_TOKENS, format_tries=3, normalize_caption=False, source="clair", paper="eval_clair.py (CapMAS), CLAIR Sec. 3", description="CLAIR: a text-only LLM rates 0-100 how likely the caption and the references describe the same image (JSON score and reason, else the first number); score / 100; 3 tries.", paper_judge=CAPMAS_JUDGE),
 ):
     register_method(_m)
 
@@ -517,7 +538,7 @@ for _m in (
 CAPABILITY_TEMPERATURE = 1.0
 CAPABILITY_MAX_TOKENS = 4096
 _CAPABILITY_STEPS = tuple(f"capability_{t}{s}" for t in ("object_category", "object_number", "object_color", "spatial_relation", "scene", "camera_angle", "OCR", "style", "character_identification", "dynamic_object_number", "action", "camera_movement", "event") for s in ("_system", ""))
-_CAPABILITY: dict[str, Any] = dict(scale=(-1.0, 1.0), pipeline="capability", parser="capability", step_templates=_CAPABILITY_STEPS[1:], temperature=CAPABILITY_TEMPERATURE, max_new_tokens=CAPABILITY_MAX_TOKENS, normalize_caption=False, needs_image=False, options={"annotations": ""})
+_CAPABILITY: dict[str, Any] = dict(scale=(-1.0, 1.0), pipeline="capability", parser="capability", step_templates=_CAPABILITY_STEPS[1:], temperature=CAPABILITY_TEMPERATURE, max_new_tokens=CAPABILITY_MAX_TOKENS, normalize_caption=False, needs_image=False, options={"annotations": ""}, paper_judge=CAPABILITY_JUDGE)
 for _m in (
     Method("capability", "capability_object_category_system", source="capability", paper="evaluation/eval.py, evaluation/prompt.py", description="CAPability: a text-only judge compares the caption with each annotation of its file_id (annotations=DIR, the benchmark's annotations/*.jsonl): 1 correct, 0 not mentioned, -1 wrong; the run's precision, recall, hit rate and F1 per dimension and their mean over the 13 dimensions. eval.py's answer-format bugs fixed.", **_CAPABILITY),
     Method("capability-code", "capability_object_category_system", source="capability", paper="evaluation/eval.py, evaluation/prompt.py", description="CAPability as eval.py runs it, its answer-format bugs kept (a camera category's explanation, dict-valued object numbers refused and asked again).", **_CAPABILITY),
@@ -525,14 +546,14 @@ for _m in (
     register_method(_m)
 # CaptionQA (qa.py, bronyayang/CaptionQA f729489): Qwen/Qwen2.5-72B-Instruct on vLLM, greedy
 # (temperature 0), max_tokens 4 (--max-tokens default), the shuffles' seed 0 (--seed default).
-register_method(Method("captionqa", "captionqa", scale=(0.0, 1.0), pipeline="captionqa", parser="captionqa", step_templates=("captionqa_system",), temperature=0.0, max_new_tokens=4, normalize_caption=False, source="captionqa-code", paper="qa.py", options={"questions": "", "captioned": ""}, description="CaptionQA: a text-only judge answers the image's multiple-choice questions (questions=FILE_OR_DIR, the benchmark's question set; options shuffled with random.Random(0) over the set, \"Cannot answer from the caption\" added) from the caption alone; score = mean of 1 (right), 1/n + 0.05 (cannot answer), 0; the run's qa.py summary per category and overall."))
+register_method(Method("captionqa", "captionqa", scale=(0.0, 1.0), pipeline="captionqa", parser="captionqa", step_templates=("captionqa_system",), temperature=0.0, max_new_tokens=4, normalize_caption=False, source="captionqa-code", paper="qa.py", options={"questions": "", "captioned": ""}, description="CaptionQA: a text-only judge answers the image's multiple-choice questions (questions=FILE_OR_DIR, the benchmark's question set; options shuffled with random.Random(0) over the set, \"Cannot answer from the caption\" added) from the caption alone; score = mean of 1 (right), 1/n + 0.05 (cannot answer), 0; the run's qa.py summary per category and overall.", paper_judge=CAPTIONQA_JUDGE))
 # DCScore (DeCapBench, MAGAer13/DeCapBench 9f3fb10 eval/evaluation_decapbench.py; docs/methods.md
 # "DCScore"): gpt-4o-2024-05-13, max_tokens 2000; extraction at temperature 1 (n=1), matching at
 # temperature 1 (n=3), verification with the image (detail high) at 0.3 (n=3). ``dcscore`` fixes the
 # relevant-subset recall's weights and reads oracle ids as text; ``dcscore-code`` runs the code's.
 DCSCORE_MAX_TOKENS = 2000
 for _m in (
-    Method("dcscore", "dcscore_verify", scale=(0.0, 1.0), pipeline="dcscore", parser="dcscore", step_templates=("dcscore_system", "dcscore_extract", "dcscore_match"), temperature=0.3, context_temperature=1.0, max_new_tokens=DCSCORE_MAX_TOKENS, context_max_new_tokens=DCSCORE_MAX_TOKENS, image_detail="high", normalize_caption=False, source="dcscore-code", paper="eval/evaluation_decapbench.py, eval/compute_results.py", options={"oracle_facts": ""}, description="DCScore (DeCapBench): atomic facts extracted from the caption (text only), matched 3 times to the image's human facts (oracle_facts=FILE, text only), verified 3 times against the image and the reference; score = (F1 + relevant-subset F1) / 2 over the 9 trials, the relevant recall with the relevant facts' own weights."),
-    Method("dcscore-code", "dcscore_verify", scale=(0.0, 1.0), pipeline="dcscore-code", parser="dcscore", step_templates=("dcscore_system", "dcscore_extract", "dcscore_match"), temperature=0.3, context_temperature=1.0, max_new_tokens=DCSCORE_MAX_TOKENS, context_max_new_tokens=DCSCORE_MAX_TOKENS, image_detail="high", normalize_caption=False, source="dcscore-code", paper="eval/evaluation_decapbench.py, eval/compute_results.py", options={"oracle_facts": ""}, description="DCScore as the released code computes it: as dcscore, but the relevant-subset recall weighs each match by the matches of all facts (the code's predict_weights) and oracle ids 3 and '3' count apart."),
+    Method("dcscore", "dcscore_verify", scale=(0.0, 1.0), pipeline="dcscore", parser="dcscore", step_templates=("dcscore_system", "dcscore_extract", "dcscore_match"), temperature=0.3, context_temperature=1.0, max_new_tokens=DCSCORE_MAX_TOKENS, context_max_new_tokens=DCSCORE_MAX_TOKENS, image_detail="high", normalize_caption=False, source="dcscore-code", paper="eval/evaluation_decapbench.py, eval/compute_results.py", options={"oracle_facts": ""}, description="DCScore (DeCapBench): atomic facts extracted from the caption (text only), matched 3 times to the image's human facts (oracle_facts=FILE, text only), verified 3 times against the image and the reference; score = (F1 + relevant-subset F1) / 2 over the 9 trials, the relevant recall with the relevant facts' own weights.", paper_judge=DCSCORE_JUDGE),
+    Method("dcscore-code", "dcscore_verify", scale=(0.0, 1.0), pipeline="dcscore-code", parser="dcscore", step_templates=("dcscore_system", "dcscore_extract", "dcscore_match"), temperature=0.3, context_temperature=1.0, max_new_tokens=DCSCORE_MAX_TOKENS, context_max_new_tokens=DCSCORE_MAX_TOKENS, image_detail="high", normalize_caption=False, source="dcscore-code", paper="eval/evaluation_decapbench.py, eval/compute_results.py", options={"oracle_facts": ""}, description="DCScore as the released code computes it: as dcscore, but the relevant-subset recall weighs each match by the matches of all facts (the code's predict_weights) and oracle ids 3 and '3' count apart.", paper_judge=DCSCORE_JUDGE),
 ):
     register_method(_m)

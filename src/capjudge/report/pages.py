@@ -79,6 +79,26 @@ def file_section(rf: ResultsFile, thumbs: ThumbCache, n: int, title: str | None 
     return section
 
 
+def paper_judge_notes(files: Sequence[ResultsFile], labels: Sequence[str]) -> list[str]:
+    """For each results file whose ok records were made by a method with a paper judge
+    (``Method.paper_judge``) on another judge: the note that its numbers are not directly
+    comparable with the paper's, naming the file."""
+    from capjudge.prompts.registry import paper_judge_of
+
+    notes = []
+    for rf, label in zip(files, labels, strict=True):
+        models: dict[str, set[str]] = {}  # method -> the models of its ok records
+        for _, r in rf.records:
+            if r.get("status") == "ok" and isinstance(r.get("method"), str):
+                models.setdefault(r["method"], set()).add(str(r.get("model") or ""))
+        for method, seen in models.items():
+            judge = paper_judge_of(method)
+            note = judge.note(method, seen) if judge is not None else None
+            if note is not None:
+                notes.append(f"{label}: {note}")
+    return notes
+
+
 # ------------------------------------------------------------------------------ results files
 def results_page(
     paths: Sequence[str | Path],
@@ -108,6 +128,7 @@ def results_page(
     page = Page(title=title or ("capjudge report: " + ", ".join(labels)), thumbs=thumbs, command=command)
     page.facts = [("results files", str(len(files))), ("records", str(sum(len(f.records) for f in files)))]
     page.warnings = random_model_warnings((label, (r for _, r in rf.records)) for rf, label in zip(files, labels, strict=True))
+    page.warnings += paper_judge_notes(files, labels)
     if lead is not None:
         page.sections += lead(files, thumbs)
     for n, (rf, label) in enumerate(zip(files, labels, strict=True), start=1):
