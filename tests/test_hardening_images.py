@@ -31,8 +31,8 @@ from capjudge import Judge, Sample
 from capjudge.backends.base import Capabilities
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
-from capjudge.errors import EXIT_ALL_FAILED
-from capjudge.images import ImageError, ImageLimits, download, load_image
+from capjudge.core.errors import EXIT_ALL_FAILED
+from capjudge.data.images import ImageError, ImageLimits, download, load_image
 from capjudge.judges import scoring
 from capjudge.judges.dispatch import WindowExecutor
 from capjudge.judges.scoring import ImageMemo, ScoringRun

@@ -27,11 +27,11 @@ from urllib.parse import unquote
 import httpx
 import pytest
 
-from capjudge import imagesources
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
-from capjudge.images import ImageError, ImageLimits, download, fetch_many
-from capjudge.imagesources import ImageSources, address_allowed
+from capjudge.data import imagesources
+from capjudge.data.images import ImageError, ImageLimits, download, fetch_many
+from capjudge.data.imagesources import ImageSources, address_allowed
 from capjudge.reward import make_async_reward, make_reward
 from capjudge.serve.served import ServedJudge
 from capjudge.serve.server import free_port

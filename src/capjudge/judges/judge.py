@@ -22,7 +22,8 @@ from capjudge.backends import kinds
 from capjudge.backends.base import Backend, Completion, Request
 from capjudge.backends.presets import preset_of, preset_options
 from capjudge.backends.registry import load_backend, parse_spec
-from capjudge.images import DEFAULT_LIMITS, ImageLimits, LoadedImage
+from capjudge.data.images import DEFAULT_LIMITS, ImageLimits, LoadedImage
+from capjudge.data.types import ImageInput, PairResult, Sample, ScoreResult
 from capjudge.judges import pairwise, sampling
 from capjudge.judges.answers import read_safely
 from capjudge.judges.dispatch import generate_all, in_input_order
@@ -31,7 +32,6 @@ from capjudge.judges.records import backend_spec, error_record, score_record
 from capjudge.judges.requests import RequestBuilder
 from capjudge.judges.scoring import ScoringRun
 from capjudge.prompts.registry import Method, get_method, get_template
-from capjudge.types import ImageInput, PairResult, Sample, ScoreResult
 
 API_KINDS = frozenset(kinds.api_kinds())  # kept for old imports: ask capjudge.backends.kinds
 
