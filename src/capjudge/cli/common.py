@@ -303,10 +303,22 @@ def judge_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def image_options(args: argparse.Namespace) -> dict[str, Any]:
-    """:class:`~capjudge.judges.judge.Judge`'s image keyword arguments (``--allow-outside-images``,
-    ``--max-image-pixels``, ``--oversize-images``, ``--max-image-bytes``, ``--image-timeout``)."""
-    names = ("allow_outside_images", "max_image_pixels", "oversize_images", "max_image_bytes", "image_timeout")
-    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    """:class:`~capjudge.judges.judge.Judge`'s image keyword arguments: ``allow_outside_images``
+    (``--allow-outside-images``) and ``image_limits`` (an :class:`~capjudge.data.images.ImageLimits`
+    of ``--max-image-pixels``, ``--oversize-images``, ``--max-image-bytes``, ``--image-timeout``)."""
+    from capjudge.data.images import ImageLimits
+
+    fields = {"max_image_pixels": "max_pixels", "oversize_images": "oversize", "max_image_bytes": "max_download_bytes", "image_timeout": "download_timeout"}
+    options: dict[str, Any] = {}
+    if getattr(args, "allow_outside_images", None) is not None:
+        options["allow_outside_images"] = args.allow_outside_images
+    limits = {field: getattr(args, flag) for flag, field in fields.items() if getattr(args, flag, None) is not None}
+    if limits:
+        try:
+            options["image_limits"] = ImageLimits(**limits)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return options
 
 
 def count(text: str) -> int:
