@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from PIL import Image as PILImage
 
 
-log = get_logger("capjudge.data.images")
+log = get_logger("capjudge.images")  # its name before the move to data/: log filters keep working
 
 
 class ImageError(SampleFailure):
