@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 from _machine import cpu_name  # benchmarks/ is on sys.path when a script runs
 
-from capjudge.io import write_results
+from capjudge.data.io import write_results
+from capjudge.data.types import PairResult, ScoreResult
 from capjudge.metaeval.agree import agree
-from capjudge.types import PairResult, ScoreResult
 
 
 def _score_files(folder: Path, n: int, seed: int) -> tuple[Path, Path]:

@@ -229,7 +229,7 @@ def reference_style(backend: Any, image: Path, captions: Sequence[str], max_new_
     """FLEUR's code path: for each caption, preprocess and run one full ``generate`` with scores."""
     from PIL import Image
 
-    from capjudge.images import pad_to_square
+    from capjudge.data.images import pad_to_square
     from capjudge.prompts import LLAVA_V1_SYSTEM, get_template
 
     proc, net = backend.processor, backend.net
@@ -465,7 +465,7 @@ def bench_llamacpp(args: argparse.Namespace) -> dict[str, Any] | None:
         return None
     from capjudge.backends.base import GenerationConfig, Message, Request
     from capjudge.backends.llamacpp import LlamaCppBackend
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
     from capjudge.prompts import LLAVA_V1_SYSTEM, get_template
     from capjudge.testing.tiny_gguf import build_tiny_llava_gguf
 

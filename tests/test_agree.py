@@ -378,7 +378,7 @@ def test_real_pipeline_scores_and_pairs(tmp_path, capsys):
     from capjudge import Judge, Sample
     from capjudge.backends.scripted import ScriptedBackend
     from capjudge.cli import main
-    from capjudge.io import read_samples, write_results
+    from capjudge.data.io import read_samples, write_results
 
     samples = [Sample(s["image"], s["caption"], tuple(s["references"]), s["id"]) for s in read_samples(EXAMPLES / "captions.jsonl") if isinstance(s, dict)]
     quality = {s.caption: k for k, s in enumerate(samples)}

@@ -26,10 +26,10 @@ from capjudge.backends.openai.batch import (
     read_jsonl,
     state_paths,
 )
+from capjudge.backends.usage import BATCH_DISCOUNT, PriceTable
 from capjudge.cli import EXIT_BACKEND, EXIT_OK, EXIT_USAGE, main
 from capjudge.cli.batch import EXIT_SUBMITTED, SUBMITTED_MESSAGE
-from capjudge.errors import EXIT_ALL_FAILED
-from capjudge.usage import BATCH_DISCOUNT, PriceTable
+from capjudge.core.errors import EXIT_ALL_FAILED
 from openai_fake_server import Received, running_server
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -32,9 +32,9 @@ from capjudge.backends.cache import (
 )
 from capjudge.backends.openai import OpenAIBackend
 from capjudge.backends.registry import load_backend
+from capjudge.backends.usage import BudgetExceeded
 from capjudge.cli.cache import register as register_cli
-from capjudge.images import load_image
-from capjudge.usage import BudgetExceeded
+from capjudge.data.images import load_image
 from openai_fake_server import running_server
 
 KEY = "sk-cache-test-SECRET-99"

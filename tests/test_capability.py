@@ -33,7 +33,7 @@ from capjudge.parsing.capability import (
     read_answer,
     validate,
 )
-from capjudge.summary import RunTally
+from capjudge.run.summary import RunTally
 from openai_fake_server import FakeOpenAIServer, Received, Reply, chat_body, running_server
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -23,7 +23,7 @@ from capjudge.judges.captionqa import judge_answer, summary_lines, summary_rows
 from capjudge.judges.captionqa_set import PlannedQuestion, plan, question_plan, read_entries
 from capjudge.parsing.captionqa import LETTERS, answer_letter, is_yesno, option_lines
 from capjudge.prompts.registry import get_template
-from capjudge.summary import RunTally
+from capjudge.run.summary import RunTally
 from openai_fake_server import FakeOpenAIServer, Received, Reply, chat_body, running_server
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -22,7 +22,7 @@ from capjudge.backends.base import Request
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
 from capjudge.parsing.dcscore import json_lines, read_json_answer, sample_scores, trial_scores
-from capjudge.summary import RunTally
+from capjudge.run.summary import RunTally
 from openai_fake_server import FakeOpenAIServer, Received, Reply, running_server
 
 KEY = "sk-test-dcscore"

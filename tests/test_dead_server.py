@@ -17,9 +17,9 @@ import pytest
 
 from capjudge.backends.faults import BackendGone, CircuitBreaker, is_resumable
 from capjudge.backends.openai.retry import APIRequestError
+from capjudge.backends.usage import BudgetExceeded
 from capjudge.cli import EXIT_BACKEND, EXIT_CODES_HELP, build_parser, main
-from capjudge.errors import EXIT_ALL_FAILED
-from capjudge.usage import BudgetExceeded
+from capjudge.core.errors import EXIT_ALL_FAILED
 from openai_fake_server import running_server
 
 ROOT = Path(__file__).resolve().parents[1]

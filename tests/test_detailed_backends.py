@@ -18,8 +18,8 @@ from capjudge.backends.base import Backend, Completion, GenerationConfig, Messag
 from capjudge.backends.registry import load_backend
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
-from capjudge.errors import UsageError
-from capjudge.images import load_image
+from capjudge.core.errors import UsageError
+from capjudge.data.images import load_image
 from openai_fake_server import FakeOpenAIServer, running_server
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"

@@ -17,7 +17,7 @@ import pytest
 
 from capjudge import Judge, Sample
 from capjudge.prompts.registry import get_method
-from capjudge.summary import RunTally
+from capjudge.run.summary import RunTally
 from official_detailed import (
     CAPMAS_MAX_TOKENS,
     CAPMAS_TEMPERATURE,
@@ -415,7 +415,7 @@ def test_readers_where_the_code_crashes() -> None:
 def test_several_references_and_the_image_type(png: Path, tmp_path: Path) -> None:
     from PIL import Image
 
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
     from capjudge.prompts.registry import get_template
 
     text = get_template("caparena").render(caption_a="a", caption_b="b", references=["r1", "r2"])

@@ -30,7 +30,7 @@ from capjudge import Judge, Sample, get_method
 from capjudge.backends.base import Completion, TokenStep
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
-from capjudge.errors import EXIT_ALL_FAILED
+from capjudge.core.errors import EXIT_ALL_FAILED
 from capjudge.judges.expected import expected_score, printed_by_rules
 from capjudge.parsing import parse_score_details
 from capjudge.prompts.registry import MethodOptionError
@@ -303,7 +303,7 @@ def test_tiny_hf_per_digit_equals_the_models_own_distributions(which: str, hf_ba
     import torch
     from transformers import AutoProcessor
 
-    from capjudge.images import load_image, pad_to_square
+    from capjudge.data.images import load_image, pad_to_square
     from capjudge.prompts import LLAVA_V1_SYSTEM, get_template, register_template
 
     if which == "vanilla 0-100":

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from capjudge.cli import main
-from capjudge.errors import EXIT_ALL_FAILED, EXIT_BACKEND, EXIT_USAGE
+from capjudge.core.errors import EXIT_ALL_FAILED, EXIT_BACKEND, EXIT_USAGE
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -59,8 +59,8 @@ def test_the_causes_are_printed_with_quiet_and_a_partial_failure_exits_0(tmp_pat
 
 def test_exit_3_takes_precedence_over_6_when_samples_failed_for_backend_reasons(capsys: Any) -> None:
     from capjudge.cli.common import finish
-    from capjudge.summary import RunTally
-    from capjudge.types import ScoreResult
+    from capjudge.data.types import ScoreResult
+    from capjudge.run.summary import RunTally
 
     tally = RunTally(method="vanilla")
     for i in range(2):

@@ -8,7 +8,7 @@ import pytest
 
 from capjudge import Judge, Sample, results_frame
 from capjudge.backends.scripted import ScriptedBackend
-from capjudge.io import write_results
+from capjudge.data.io import write_results
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "images"
 

@@ -51,7 +51,7 @@ from capjudge.backends.base import Request
 from capjudge.backends.registry import BackendSpec, register_backend
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
-from capjudge.errors import EXIT_ALL_FAILED
+from capjudge.core.errors import EXIT_ALL_FAILED
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

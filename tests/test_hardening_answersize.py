@@ -17,10 +17,10 @@ from capjudge.backends.base import BackendError, GenerationConfig, Message, Requ
 from capjudge.backends.options import OptionError
 from capjudge.backends.registry import load_backend
 from capjudge.backends.scripted import ScriptedBackend
+from capjudge.data.types import Sample
 from capjudge.judges.judge import Judge
 from capjudge.judges.reasoning import TRUNCATED
 from capjudge.judges.records import RAW_CHARS
-from capjudge.types import Sample
 from openai_fake_server import answering, running_server
 from serve_helpers import IMAGES
 

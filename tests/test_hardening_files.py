@@ -124,7 +124,7 @@ def test_prices_file_is_an_input(tmp_path: Path, capsys) -> None:
 
 
 def test_replace_refusal_rules(tmp_path: Path) -> None:
-    from capjudge.outguard import replace_refusal
+    from capjudge.run.outguard import replace_refusal
 
     p = tmp_path / "f"
     assert replace_refusal(p, "score") is None  # missing
@@ -192,8 +192,8 @@ def test_a_lock_file_naming_a_live_process_but_not_locked_does_not_block(tmp_pat
 
 
 def test_out_lock_in_one_process_refuses_a_second_holder(tmp_path: Path) -> None:
-    from capjudge.outlock import OutLocked, out_lock
-    from capjudge.preflight import PreflightError
+    from capjudge.run.outlock import OutLocked, out_lock
+    from capjudge.run.preflight import PreflightError
 
     out = tmp_path / "r.jsonl"
     with out_lock(out) as lock:
@@ -226,7 +226,7 @@ def test_results_file_and_report_follow_the_umask(tmp_path: Path, mask: int, mod
 
 
 def test_write_atomically_keeps_an_existing_files_mode(tmp_path: Path) -> None:
-    from capjudge.io import current_umask, write_atomically
+    from capjudge.data.io import current_umask, write_atomically
 
     p = tmp_path / "state.json"
     with umask(0o027):

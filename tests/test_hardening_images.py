@@ -31,8 +31,8 @@ from capjudge import Judge, Sample
 from capjudge.backends.base import Capabilities
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
-from capjudge.errors import EXIT_ALL_FAILED
-from capjudge.images import ImageError, ImageLimits, download, load_image
+from capjudge.core.errors import EXIT_ALL_FAILED
+from capjudge.data.images import ImageError, ImageLimits, download, load_image
 from capjudge.judges import scoring
 from capjudge.judges.dispatch import WindowExecutor
 from capjudge.judges.scoring import ImageMemo, ScoringRun
@@ -276,7 +276,7 @@ def test_a_local_backend_downloading_a_remote_image_gets_an_error_record_per_row
         img.pil()
         return "0.7"
 
-    judge = Judge("fleur", ScriptedBackend(respond), max_image_bytes=100_000, image_timeout=0.6)
+    judge = Judge("fleur", ScriptedBackend(respond), image_limits=ImageLimits(max_download_bytes=100_000, download_timeout=0.6))
     samples = [Sample(server + "/ok.png", "fine", id="ok"), Sample(server + "/huge-undeclared", "big", id="big"), Sample(server + "/trickle", "slow", id="slow")]
     t0 = time.monotonic()
     results = {r.id: r for r in judge.score_many(samples)}

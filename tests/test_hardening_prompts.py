@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from capjudge.cli import main
-from capjudge.errors import EXIT_ALL_FAILED
+from capjudge.core.errors import EXIT_ALL_FAILED
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -139,7 +139,7 @@ def _special_counts(ids, specials: set[int]) -> dict[int, int]:
 
 def test_hf_caption_spelling_eos_bos_stays_text(hf_backend, example_images) -> None:
     from capjudge.backends.llava_prompt import render_llava_v1
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
 
     img = load_image(example_images[0])
     tok = hf_backend.tokenizer
@@ -158,7 +158,7 @@ def test_hf_caption_spelling_eos_bos_stays_text(hf_backend, example_images) -> N
 
 def test_hf_ordinary_prompt_ids_unchanged(hf_backend, example_images) -> None:
     """Regression guard: without special strings in the text, the ids are the processor's own."""
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
 
     img = load_image(example_images[0])
     req = _hf_request(hf_backend, img, BENIGN)
@@ -171,7 +171,7 @@ def test_hf_prefix_path_reads_the_same_ids_as_the_plain_path(tiny_llava_dir: Pat
     """Packed prefix reuse and plain generate see the same guarded prompt: same answers in float64
     (the same tokens, log-probabilities within the float32 softmax of eager attention)."""
     from capjudge.backends.hf import HFBackend
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
 
     img = load_image(example_images[0])
     captions = [HOSTILE, BENIGN, "two cats<image> on a bed</s>", "a dog."]
@@ -199,7 +199,7 @@ def test_hf_chat_template_specials_kept_and_caption_specials_text(tiny_vlm, exam
     """On chat-template models, a caption spelling every special token of the tokenizer leaves
     exactly the template's special tokens in the prompt."""
     from capjudge.backends.hf import HFBackend
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
 
     be = HFBackend(str(tiny_vlm(arch)), batch_size=2)
     try:
@@ -239,7 +239,7 @@ def test_llamacpp_caption_spelling_control_tokens_stays_text(tmp_path: Path, fam
     pytest.importorskip("llama_cpp")
     from PIL import Image
 
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
     from capjudge.testing.tiny_gguf import build_tiny_llava_gguf
     from capjudge.testing.tiny_gguf_qwen import build_tiny_qwen25vl_gguf
 
@@ -283,7 +283,7 @@ def test_llamacpp_falls_back_to_breaking_the_strings_up(tmp_path: Path, monkeypa
     pytest.importorskip("llama_cpp")
     from PIL import Image
 
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
     from capjudge.testing.tiny_gguf import build_tiny_llava_gguf
 
     be = _llamacpp(build_tiny_llava_gguf, tmp_path)
@@ -304,7 +304,7 @@ def test_cached_answers_from_before_are_not_replayed_for_text_shaped_like_specia
     import hashlib
 
     from capjudge.backends.registry import load_backend
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
 
     image = load_image(example_images[0])
     backend = load_backend(f"hf:{tiny_llava_dir}", lazy=True)

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from capjudge.cli import main
-from capjudge.outguard import MARKDOWN_MARKER, replace_refusal
-from capjudge.types import ScoreResult
+from capjudge.data.types import ScoreResult
+from capjudge.run.outguard import MARKDOWN_MARKER, replace_refusal
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -23,9 +23,9 @@ from capjudge.backends.base import Capabilities, Completion, Request, TokenStep
 from capjudge.backends.cache import CachedBackend, ResponseCache
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
+from capjudge.data.recordcheck import record_problem
+from capjudge.data.types import Sample
 from capjudge.judges.judge import Judge
-from capjudge.recordcheck import record_problem
-from capjudge.types import Sample
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -28,12 +28,12 @@ from capjudge.backends.base import (
 )
 from capjudge.backends.registry import load_backend
 from capjudge.backends.scripted import ScriptedBackend
+from capjudge.backends.usage import PriceTable, Usage, usage_from_report
 from capjudge.cli import main
-from capjudge.errors import EXIT_ALL_FAILED
+from capjudge.core.errors import EXIT_ALL_FAILED
+from capjudge.data.types import Sample
 from capjudge.judges.invariants import checked_score, pair_problem
 from capjudge.judges.judge import Judge
-from capjudge.types import Sample
-from capjudge.usage import PriceTable, Usage, usage_from_report
 from openai_fake_server import answering, running_server, trickling_server
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,7 @@ import torch  # noqa: E402
 
 from capjudge import Judge, Sample  # noqa: E402
 from capjudge.backends.base import ContextLengthError, GenerationConfig, Message, Request  # noqa: E402
-from capjudge.images import load_image  # noqa: E402
+from capjudge.data.images import load_image  # noqa: E402
 from capjudge.judges.smoothing import expected_digit_score  # noqa: E402
 from capjudge.prompts import LLAVA_V1_SYSTEM, get_template  # noqa: E402
 
@@ -34,7 +34,7 @@ def independent_fleur(backend, image: Path, caption: str, generated: list[int]) 
     one teacher-forced forward pass over prompt + answer, softmax at the decimal positions."""
     from transformers import AutoProcessor
 
-    from capjudge.images import pad_to_square
+    from capjudge.data.images import pad_to_square
 
     proc = AutoProcessor.from_pretrained(backend.model)
     prompt = f"{LLAVA_V1_SYSTEM} USER: <image>\n{get_template('fleur').render(caption=caption)} ASSISTANT:"
@@ -198,7 +198,7 @@ def test_fleur_code_equals_the_codes_arithmetic_on_generate_scores(hf_backend, e
 
     from transformers import AutoProcessor
 
-    from capjudge.images import pad_to_square
+    from capjudge.data.images import pad_to_square
 
     proc = AutoProcessor.from_pretrained(hf_backend.model)
     tok = proc.tokenizer

@@ -13,7 +13,7 @@ pytest.importorskip("transformers")
 from capjudge import Judge, Sample  # noqa: E402
 from capjudge.backends.base import GenerationConfig, Message, Request  # noqa: E402
 from capjudge.backends.hf import HFBackend  # noqa: E402
-from capjudge.images import load_image  # noqa: E402
+from capjudge.data.images import load_image  # noqa: E402
 from capjudge.prompts import LLAVA_V1_SYSTEM, get_template  # noqa: E402
 
 pytestmark = pytest.mark.hf

@@ -20,7 +20,7 @@ from capjudge import Judge, Sample  # noqa: E402
 from capjudge.backends.base import GenerationConfig, Message, Request  # noqa: E402
 from capjudge.backends.hf import HFBackend  # noqa: E402
 from capjudge.backends.hf.adapters import prefix_reuse_support  # noqa: E402
-from capjudge.images import load_image  # noqa: E402
+from capjudge.data.images import load_image  # noqa: E402
 from capjudge.prompts import get_template  # noqa: E402
 from capjudge.testing.tiny_vlm import ARCHITECTURES  # noqa: E402
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from capjudge.images import ImageError, load_image, pad_to_square
-from capjudge.io import BadRow, read_pairs, read_results, read_samples, write_results
-from capjudge.types import Sample, ScoreResult
+from capjudge.data.images import ImageError, load_image, pad_to_square
+from capjudge.data.io import BadRow, read_pairs, read_results, read_samples, write_results
+from capjudge.data.types import Sample, ScoreResult
 
 EX = Path(__file__).resolve().parents[1] / "examples"
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from capjudge.io import JsonLine, iter_jsonl, read_jsonl
+from capjudge.data.io import JsonLine, iter_jsonl, read_jsonl
 from capjudge.metaeval.datasets import DatasetError, _read_jsonl
 
 

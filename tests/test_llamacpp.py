@@ -28,7 +28,7 @@ from capjudge.backends.base import (  # noqa: E402
 )
 from capjudge.backends.llamacpp import LlamaCppBackend, ProjectorMismatchError, render_llava_v1  # noqa: E402
 from capjudge.backends.registry import load_backend  # noqa: E402
-from capjudge.images import load_image  # noqa: E402
+from capjudge.data.images import load_image  # noqa: E402
 from capjudge.judges.smoothing import smooth_from_steps  # noqa: E402
 from capjudge.testing.tiny_gguf import build_tiny_llava_gguf  # noqa: E402
 from llamacpp_helpers import assert_steps_match_scores, reference_chat  # noqa: E402
@@ -400,7 +400,7 @@ def test_bad_requests_become_error_items(backend: LlamaCppBackend, tiny: tuple[P
     outs = backend.generate([two, _request("a dog")])
     assert isinstance(outs[0], BackendError) and "n=1" in str(outs[0])
     assert isinstance(outs[1], Completion)
-    from capjudge.images import ImageError, LoadedImage
+    from capjudge.data.images import ImageError, LoadedImage
 
     corrupt = LoadedImage(sha256="0" * 64, label="broken.png", data=b"\x89PNG not really")
     two_images = Request((Message("user", "Compare.", (RED, GREEN)),), GenerationConfig(max_new_tokens=4))
@@ -534,7 +534,7 @@ def images(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
 
 
 def _samples(images: tuple[str, str]) -> list:
-    from capjudge.types import Sample
+    from capjudge.data.types import Sample
 
     red, green = images
     return [

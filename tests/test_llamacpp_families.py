@@ -42,7 +42,7 @@ from capjudge.backends.llamacpp.families import (  # noqa: E402
     read_pair,
 )
 from capjudge.backends.registry import load_backend  # noqa: E402
-from capjudge.images import load_image  # noqa: E402
+from capjudge.data.images import load_image  # noqa: E402
 from capjudge.judges.smoothing import smooth_from_steps  # noqa: E402
 from capjudge.testing.tiny_gguf import build_tiny_llava_gguf  # noqa: E402
 from capjudge.testing.tiny_gguf_gemma import GEMMA_CHAT_TEMPLATE, build_tiny_gemma3_gguf  # noqa: E402
@@ -399,8 +399,8 @@ def test_mismatched_projector_is_refused(qwen: tuple[Path, Path], tmp_path: Path
 @pytest.mark.slow
 def test_fleur_and_visce2_end_to_end(family, tmp_path: Path) -> None:
     backend = family[2]
+    from capjudge.data.types import Sample
     from capjudge.judges.judge import Judge
-    from capjudge.types import Sample
 
     Image.new("RGB", (60, 40), (200, 30, 30)).save(tmp_path / "red.png")
     Image.new("RGB", (40, 64), (20, 160, 40)).save(tmp_path / "green.jpg", quality=95)

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from capjudge.cli.metaeval import register
-from capjudge.types import ScoreResult
+from capjudge.data.types import ScoreResult
 
 DATA = Path(__file__).parent / "data" / "metaeval"
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from scipy import stats as st
 
+from capjudge.data.types import ScoreResult
 from capjudge.metaeval import evaluate, load_dataset, load_results, results_from_records
-from capjudge.types import ScoreResult
 
 DATA = Path(__file__).parent / "data" / "metaeval"
 

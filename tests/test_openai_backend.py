@@ -19,9 +19,9 @@ from capjudge.backends.openai import OpenAIBackend
 from capjudge.backends.openai.caps import lookup_caps
 from capjudge.backends.openai.retry import RetryPolicy, wait_seconds
 from capjudge.backends.registry import load_backend
-from capjudge.images import load_image
+from capjudge.backends.usage import BudgetExceeded, PriceTable, image_tokens
+from capjudge.data.images import load_image
 from capjudge.judges.smoothing import expected_digit_score, smooth_from_steps
-from capjudge.usage import BudgetExceeded, PriceTable, image_tokens
 from openai_fake_server import (
     FakeOpenAIServer,
     Received,
@@ -481,7 +481,7 @@ def test_api_key_never_in_results_cache_or_logs(tmp_path: Path, caplog: pytest.L
 # -- end to end through the Judge ------------------------------------------------------------------
 def test_judge_fleur_on_fake_server_end_to_end(tmp_path: Path) -> None:
     judge_mod = pytest.importorskip("capjudge.judges.judge", exc_type=ImportError)
-    from capjudge.types import Sample
+    from capjudge.data.types import Sample
 
     sample = Sample(png_bytes(), "A red rectangle on a white background.", id="s1")
     with running_server(expected_key=KEY) as srv:

@@ -15,10 +15,10 @@ from typing import Any
 import pytest
 
 from capjudge.cli.app import main
+from capjudge.data.types import ScoreResult
 from capjudge.prompts.registry import get_method, list_methods
 from capjudge.report.pages import results_page
-from capjudge.summary import RunTally
-from capjudge.types import ScoreResult
+from capjudge.run.summary import RunTally
 from openai_fake_server import FakeOpenAIServer, Received, Reply, chat_body, running_server
 
 ROOT = Path(__file__).resolve().parent.parent

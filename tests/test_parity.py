@@ -227,7 +227,7 @@ def test_server_template_renders_the_local_prompt_with_bos(example_images: list[
     """The llava_v1 server template renders capjudge's LLaVA prompt after the BOS, and tokenizes to
     the same ids as the HF path (BOS added by the tokenizer)."""
     from capjudge.backends.llava_prompt import render_llava_v1
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
     from capjudge.prompts.server import server_chat_template, server_chat_template_path
     from capjudge.testing.tiny_llava import build_tokenizer
 

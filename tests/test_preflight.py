@@ -11,7 +11,7 @@ import pytest
 import capjudge.judges.judge as judge_module
 from capjudge.backends.registry import check_backend
 from capjudge.cli import main
-from capjudge.preflight import PreflightError, check_columns, check_output
+from capjudge.run.preflight import PreflightError, check_columns, check_output
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 CAPTIONS = EXAMPLES / "captions.jsonl"

@@ -240,7 +240,7 @@ def test_tiny_llava_auto_preset_is_llava15_and_keeps_the_papers_prompt(hf_backen
 def test_a_named_preset_changes_format_padding_and_system_on_the_tiny_llava(tiny_llava_dir: Path, example_images) -> None:
     from capjudge import Judge, Sample
     from capjudge.backends.hf import HFBackend
-    from capjudge.images import load_image
+    from capjudge.data.images import load_image
 
     be = HFBackend(str(tiny_llava_dir), preset="qwen2.5-vl")
     try:

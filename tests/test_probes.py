@@ -13,7 +13,7 @@ from capjudge import Judge, Sample
 from capjudge.backends.base import Request
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
-from capjudge.io import read_samples
+from capjudge.data.io import read_samples
 from capjudge.probes import (
     KINDS,
     PERTURBATIONS,

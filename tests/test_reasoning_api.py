@@ -241,7 +241,7 @@ def test_the_cache_tells_reasoning_settings_apart(server: FakeOpenAIServer, tmp_
 
 def test_usage_of_other_models_is_written_as_before() -> None:
     from capjudge.backends.base import Completion
-    from capjudge.usage import Usage, UsageTracker, usage_from_report
+    from capjudge.backends.usage import Usage, UsageTracker, usage_from_report
 
     plain = usage_from_report({"prompt_tokens": 10, "completion_tokens": 3})
     assert plain == Usage(10, 3) and plain.to_dict() == {"prompt_tokens": 10, "completion_tokens": 3}

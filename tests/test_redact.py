@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from capjudge.cli import main
-from capjudge.redact import (
+from capjudge.core.redact import (
     MASK,
     ScrubFilter,
     register_secret,
@@ -25,7 +25,7 @@ from capjudge.redact import (
     scrub_record,
     stable,
 )
-from capjudge.types import ScoreResult
+from capjudge.data.types import ScoreResult
 from openai_fake_server import Received, Reply, default_responder, error_body, running_server
 
 KEY = "sk-proj-LEAKCHECK-9d8c7b6a5f4e3d2c1b0a"
@@ -60,7 +60,7 @@ def test_scrub_masks_registered_secrets_and_credential_shapes() -> None:
 def test_scrub_masks_what_every_shape_would_mask(text: str) -> None:
     """The shapes are only searched in texts that hold their trigger word: same result as always
     searching them."""
-    from capjudge import redact
+    from capjudge.core import redact
 
     expected = text
     for pattern, replacement, *_ in redact._SHAPES:

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from capjudge.cli import main
-from capjudge.errors import EXIT_ALL_FAILED
+from capjudge.core.errors import EXIT_ALL_FAILED
 from openai_fake_server import Received, Reply, default_responder, running_server
 
 ROOT = Path(__file__).resolve().parents[1]

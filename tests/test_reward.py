@@ -26,7 +26,7 @@ import pytest
 from capjudge import Judge, Sample
 from capjudge.backends.base import Completion, Request
 from capjudge.backends.scripted import ScriptedBackend
-from capjudge.redact import register_secret
+from capjudge.core.redact import register_secret
 from capjudge.reward import AsyncCaptionReward, CaptionReward, make_async_reward, make_reward
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples" / "images"

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from capjudge.cli import main
-from capjudge.summary import RunTally
-from capjudge.types import ScoreResult
+from capjudge.data.types import ScoreResult
+from capjudge.run.summary import RunTally
 from openai_fake_server import running_server
 
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
@@ -97,7 +97,7 @@ def test_records_are_the_same_in_every_run(tmp_path: Path, corrupt_image: Path) 
 
 
 def test_pil_error_text_has_no_address(tmp_path: Path) -> None:
-    from capjudge.images import ImageError, load_image
+    from capjudge.data.images import ImageError, load_image
 
     not_an_image = tmp_path / "notes.jpg"
     not_an_image.write_bytes(b"shopping list: milk, eggs")
@@ -107,8 +107,8 @@ def test_pil_error_text_has_no_address(tmp_path: Path) -> None:
 
 
 def test_compare_summary_reports_position_bias() -> None:
-    from capjudge.summary import RunTally
-    from capjudge.types import PairResult
+    from capjudge.data.types import PairResult
+    from capjudge.run.summary import RunTally
 
     def pair(votes: list[str | None], verdict: str) -> PairResult:
         return PairResult(image="i", caption_a="a", caption_b="b", verdict=verdict, method="gpt4v-pairwise", backend="scripted:x", model="x", template_hash="h", votes=votes)  # type: ignore[arg-type]

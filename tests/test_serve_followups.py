@@ -28,10 +28,10 @@ import pytest
 
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
+from capjudge.data.types import Sample
 from capjudge.judges.judge import Judge
 from capjudge.serve import RemoteJudge
 from capjudge.serve.served import ServedJudge
-from capjudge.types import Sample
 from serve_helpers import ANSWER, EXAMPLES, IMAGES, serving
 
 CATS = (IMAGES / "cats.jpg").read_bytes()

@@ -27,11 +27,11 @@ from urllib.parse import unquote
 import httpx
 import pytest
 
-from capjudge import imagesources
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli import main
-from capjudge.images import ImageError, ImageLimits, download, fetch_many
-from capjudge.imagesources import ImageSources, address_allowed
+from capjudge.data import imagesources
+from capjudge.data.images import ImageError, ImageLimits, download, fetch_many
+from capjudge.data.imagesources import ImageSources, address_allowed
 from capjudge.reward import make_async_reward, make_reward
 from capjudge.serve.served import ServedJudge
 from capjudge.serve.server import free_port
@@ -304,7 +304,7 @@ def test_every_failed_fetch_has_one_text(host: ImageHost) -> None:
         s.bind(("127.0.0.1", 0))
         closed = f"http://127.0.0.1:{s.getsockname()[1]}/x.jpg"  # bound, never listening: refused
     urls = [closed, host.url("/missing"), host.url("/huge"), host.url("/hold/slow")]
-    with serving(judge=judge(ImageSources.shared(urls=True, private_urls=True), max_image_bytes=100_000, image_timeout=1)) as srv:
+    with serving(judge=judge(ImageSources.shared(urls=True, private_urls=True), image_limits=ImageLimits(max_download_bytes=100_000, download_timeout=1))) as srv:
         recs = score(srv, [row(k, u) for k, u in enumerate(urls)])
     texts = {r["error"].replace(u, "URL").replace(f"sample {r['id']}:", "") for r, u in zip(recs, urls)}
     assert len(texts) == 1 and NEUTRAL in texts.pop(), recs
@@ -349,7 +349,7 @@ def test_a_reward_in_a_shared_service_reads_only_what_its_policy_allows(host: Im
 # ------------------------------------------------------------------------------- item 5: slow URLs
 def test_slow_image_urls_are_fetched_together_at_the_door_and_hold_no_other_client(host: ImageHost) -> None:
     slow = [row(k, host.url(f"/hold/{k}")) for k in range(4)]
-    with serving(judge=judge(ImageSources.shared(urls=True, private_urls=True), image_timeout=30), max_wait_ms=0) as srv, ThreadPoolExecutor(2) as pool:
+    with serving(judge=judge(ImageSources.shared(urls=True, private_urls=True), image_limits=ImageLimits(download_timeout=30)), max_wait_ms=0) as srv, ThreadPoolExecutor(2) as pool:
         first = pool.submit(score, srv, slow)
         deadline = time.monotonic() + 20
         while host.most_held < 4 and time.monotonic() < deadline:  # all four asked at once, not one after another

@@ -18,7 +18,7 @@ import pytest
 from capjudge.backends.hf.context import context_error
 from capjudge.backends.thinking import DEFAULT_THINKING_BUDGET, Thinking, fit_default_budget, plan
 from capjudge.cli import main
-from capjudge.errors import EXIT_ALL_FAILED
+from capjudge.core.errors import EXIT_ALL_FAILED
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"

@@ -12,6 +12,7 @@ import pytest
 
 from capjudge.backends.scripted import ScriptedBackend
 from capjudge.cli.app import main
+from capjudge.data.types import PairResult
 from capjudge.judges.judge import Judge
 from capjudge.trust import cascade as csc
 from capjudge.trust.apply import CalibratedJudge, CalibrationMismatch
@@ -20,7 +21,6 @@ from capjudge.trust.inputs import read_results
 from capjudge.trust.live import LiveCascade, load_plan
 from capjudge.trust.ppi import estimate_all
 from capjudge.trust.system import arena_summary
-from capjudge.types import PairResult
 
 ROOT = Path(__file__).resolve().parents[1]
 EX = ROOT / "examples" / "trust"

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from capjudge._version import __version__
-from capjudge.lazyexport import lazy_attributes
+from capjudge.core.lazyexport import lazy_attributes
 
 __all__ = [
     "Judge",
@@ -32,16 +32,16 @@ __all__ = [
 # Imported lazily so that `import capjudge` stays light (no torch, no openai) until used.
 _LAZY = {
     "Judge": "capjudge.judges.judge",
-    "Sample": "capjudge.types",
-    "ScoreResult": "capjudge.types",
-    "PairResult": "capjudge.types",
+    "Sample": "capjudge.data.types",
+    "ScoreResult": "capjudge.data.types",
+    "PairResult": "capjudge.data.types",
     "load_backend": "capjudge.backends.registry",
     "list_methods": "capjudge.prompts.registry",
     "get_method": "capjudge.prompts.registry",
     "register_template": "capjudge.prompts.registry",
     "list_presets": "capjudge.backends.presets",
     "get_preset": "capjudge.backends.presets",
-    "results_frame": "capjudge.frames",
+    "results_frame": "capjudge.data.frames",
     "agree": "capjudge.metaeval.agree",
     "Panel": "capjudge.judges.panel",
 }
@@ -49,12 +49,12 @@ _LAZY = {
 if TYPE_CHECKING:
     from capjudge.backends.presets import get_preset, list_presets
     from capjudge.backends.registry import load_backend
-    from capjudge.frames import results_frame
+    from capjudge.data.frames import results_frame
+    from capjudge.data.types import PairResult, Sample, ScoreResult
     from capjudge.judges.judge import Judge
     from capjudge.judges.panel import Panel
     from capjudge.metaeval.agree import agree
     from capjudge.prompts.registry import get_method, list_methods, register_template
-    from capjudge.types import PairResult, Sample, ScoreResult
 
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY)

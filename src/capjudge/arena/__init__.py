@@ -17,7 +17,7 @@ Modules, one job each: :mod:`~capjudge.arena.load` (the models' captions, matche
 
 from __future__ import annotations
 
-from capjudge.lazyexport import lazy_attributes
+from capjudge.core.lazyexport import lazy_attributes
 
 _LAZY = {
     "run_arena": "capjudge.arena.run",

@@ -13,7 +13,7 @@ each model first, and adding a model changes no existing battle.
 The battles are judged by :meth:`Judge.compare_stream` (the same machinery as ``capjudge
 compare``: dual-sided votes or single grading, batches or a sliding window, the response cache).
 Records go to ``out`` as they complete and a re-run asks only the battles that have no record
-there (:mod:`capjudge.runner`, the runner of ``score`` and ``compare``), so adding a
+there (:mod:`capjudge.run.runner`, the runner of ``score`` and ``compare``), so adding a
 model asks only its battles. A battle matches its record by image id, image and the two models
 with their captions, whichever was shown first.
 """
@@ -155,11 +155,11 @@ def run_battles(
     """Judge the plan's battles that ``out`` does not already hold (all of them without ``out``).
 
     ``progress(stream, total, done)`` may wrap the stream of new records (a progress bar).
-    Raises :class:`capjudge.outfile.ResumeConflict` when ``out`` was written by another judge.
+    Raises :class:`capjudge.run.outfile.ResumeConflict` when ``out`` was written by another judge.
     """
     from capjudge.judges.pairwise import Pair, run_fields
-    from capjudge.outfile import ResumePlan
-    from capjudge.runner import resume_plan, run_rows
+    from capjudge.run.outfile import ResumePlan
+    from capjudge.run.runner import resume_plan, run_rows
 
     rows = [b.row() for b in plan.battles]
     resume = ResumePlan()

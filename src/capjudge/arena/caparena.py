@@ -71,7 +71,7 @@ def load_assignments(path: str | Path) -> Assignments:
     """Read ``caparena_auto_600.json``. An entry the official code could not use (no
     ``ref_model`` among the baselines, no caption of it, no human caption) is named in
     :attr:`Assignments.bad` and left out; a file that is not a JSON object is an error."""
-    from capjudge.io import load_json
+    from capjudge.data.io import load_json
 
     p = Path(path)
     try:
@@ -204,7 +204,7 @@ def caparena_dir(out: str | Path) -> Path:
 
 def write_entries(directory: str | Path, entries: Mapping[str, Sequence[Mapping[str, Any]]]) -> dict[str, str]:
     """``DIR/<model>.json`` per model (``json.dump`` as the official code writes it); the paths."""
-    from capjudge.io import write_atomically
+    from capjudge.data.io import write_atomically
 
     root = Path(directory)
     root.mkdir(parents=True, exist_ok=True)

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capjudge.rowtext import describe
+from capjudge.data.rowtext import describe
 
 BASELINES: tuple[str, ...] = ("GPT-4o-0806", "CogVLM2-llama3-chat-19B", "MiniCPM-V2.6-8B")
 """CapArena-Auto's three baselines, in the order of the official leaderboard's columns."""
@@ -168,7 +168,7 @@ def read_results(directory: str | Path, models: Sequence[str] | None = None) -> 
     each model's entries. A file that cannot be read or scored is an error of the board naming the
     file and the entry; the other models are scored. The assignments file
     (``caparena_auto_600.json``, a JSON object) is not a battle file and is passed over."""
-    from capjudge.io import load_json
+    from capjudge.data.io import load_json
 
     root = Path(directory)
     if not root.is_dir():

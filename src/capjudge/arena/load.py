@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from capjudge.errors import UsageError
-from capjudge.rowtext import FieldError, text_value
+from capjudge.core.errors import UsageError
+from capjudge.data.rowtext import FieldError, text_value
 
 KeyMode = Literal["id", "image"]
 
@@ -95,7 +95,7 @@ def caption_map(path: str | Path) -> dict[str, Any] | None:
 def _rows(path: str | Path) -> Iterable[tuple[int, dict[str, Any] | str]]:
     """``(line, row)`` or ``(line, error text)`` for each row of an input file (a CapArena
     caption map: one row per image, ``id`` and ``image`` the file name)."""
-    from capjudge.io import BadRow, InputFormatError, read_rows
+    from capjudge.data.io import BadRow, InputFormatError, read_rows
 
     mapping = caption_map(path)
     if mapping is not None:

@@ -460,7 +460,7 @@ class Leaderboard:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe (NaN -> null)."""
-        from capjudge.types import json_safe
+        from capjudge.data.types import json_safe
 
         return json_safe(
             {

@@ -62,7 +62,7 @@ class ArenaResult:
         if not self.by_judge:
             return {}
         from capjudge.arena.judges import rank_correlation
-        from capjudge.types import json_safe
+        from capjudge.data.types import json_safe
 
         boards = {name: board.to_dict()["leaderboard"] for name, board in self.by_judge.items()}
         return {"leaderboards_by_judge": boards, "rank_correlation": json_safe(rank_correlation(self.by_judge, self.leaderboard))}
@@ -163,7 +163,7 @@ def run_arena(
 
 def rank_file(path: str | Path, models: Sequence[str] | None = None, **options: Any) -> Leaderboard:
     """The leaderboard of an existing battles file (``options`` as :func:`~capjudge.arena.ranking.rank`)."""
-    from capjudge.outfile import read_records
+    from capjudge.run.outfile import read_records
 
     records = read_records(path)
     if models is None:

@@ -22,9 +22,9 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from capjudge.backends import kinds
-from capjudge.errors import BackendError
-from capjudge.images import LoadedImage
-from capjudge.usage import Usage
+from capjudge.backends.usage import Usage
+from capjudge.core.errors import BackendError
+from capjudge.data.images import LoadedImage
 
 __all__ = [
     "DIGITS",

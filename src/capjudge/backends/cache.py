@@ -37,7 +37,7 @@ from typing import Any
 
 from capjudge.backends.base import Backend, Completion, DelegatingBackend, PromptTokens, Request
 from capjudge.backends.logprobs import steps_problem
-from capjudge.redact import scrub_data
+from capjudge.core.redact import scrub_data
 
 FORMAT_VERSION = 2  # 2: JSON data (1: pickled by diskcache; such entries miss once)
 _log = logging.getLogger(__name__)

@@ -10,10 +10,10 @@ name says they are credentials (``token``, ``key``, ``api_key``, ``access_token`
 - a :class:`UrlAuth` holding the user info and every query parameter (sent on the wire as query
   parameters, the way the server was addressed).
 
-Every credential form is registered with :func:`capjudge.redact.register_secret` (the value as
+Every credential form is registered with :func:`capjudge.core.redact.register_secret` (the value as
 written, percent-decoded, and for user info the base64 of ``user:password`` that an HTTP Basic
 header carries), so a server echoing it back is masked too. Values shorter than
-:data:`capjudge.redact.MIN_SECRET_LENGTH` are masked in the shown spec but not in free text.
+:data:`capjudge.core.redact.MIN_SECRET_LENGTH` are masked in the shown spec but not in free text.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from urllib.parse import parse_qsl, quote, unquote, urlsplit, urlunsplit
 
-from capjudge.redact import MASK, register_secret
+from capjudge.core.redact import MASK, register_secret
 
 # Words that make a query parameter or option name a credential: the whole name, or its last
 # part after "_" or "-" (``access_token``, ``subscription-key``, ``client_secret``).

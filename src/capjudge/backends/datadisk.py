@@ -22,7 +22,7 @@ from typing import Any
 import diskcache
 from diskcache.core import MODE_BINARY, MODE_PICKLE, MODE_RAW, MODE_TEXT, UNKNOWN
 
-from capjudge.errors import CapjudgeError
+from capjudge.core.errors import CapjudgeError
 
 _MODES = {MODE_RAW: "raw", MODE_BINARY: "binary", MODE_TEXT: "text", MODE_PICKLE: "pickle"}
 

@@ -19,8 +19,8 @@ import threading
 import time
 from collections.abc import Callable
 
-from capjudge.errors import BackendError
-from capjudge.redact import get_logger
+from capjudge.core.errors import BackendError
+from capjudge.core.redact import get_logger
 
 log = get_logger(__name__)
 

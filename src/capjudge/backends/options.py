@@ -7,7 +7,7 @@ import json
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from capjudge.errors import BackendError
+from capjudge.core.errors import BackendError
 
 
 class OptionError(BackendError, ValueError):

@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from capjudge.backends import kinds
-from capjudge.errors import CapjudgeError
+from capjudge.core.errors import CapjudgeError
 from capjudge.parsing.reasoning import DEFAULT_MARKERS, KNOWN_MARKERS
 
 ChatFormat = Literal["llava", "template", "plain"]

@@ -15,7 +15,7 @@ from capjudge.backends import kinds
 from capjudge.backends.base import Backend
 from capjudge.backends.credentials import UrlAuth, mask_argv, mask_options, split_url
 from capjudge.backends.options import as_int
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 JUDGE_OPTIONS = ("estimate_by_sampling",)
 """Options accepted beside any backend's (spec ``?key=value`` or ``--backend-opt``) that belong to the

@@ -32,7 +32,7 @@ from typing import Any
 
 from capjudge.backends.base import Backend, Capabilities, Completion, Request
 from capjudge.backends.registry import BackendSpec
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 Responder = Callable[[Request], "str | Completion | BaseException"]
 

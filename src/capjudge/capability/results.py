@@ -15,8 +15,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from capjudge.errors import UsageError
-from capjudge.io import read_jsonl
+from capjudge.core.errors import UsageError
+from capjudge.data.io import read_jsonl
 from capjudge.parsing.capability import (
     MAX_ALLOW_MISSING,
     TASKS,
@@ -33,7 +33,7 @@ class ResultsError(UsageError, ValueError):
 
 
 def _jsonl(path: Path, *, file_ids: bool = True) -> list[dict[str, Any]]:
-    """The objects of a JSONL file (capjudge's one reader, :func:`capjudge.io.read_jsonl`); a line
+    """The objects of a JSONL file (capjudge's one reader, :func:`capjudge.data.io.read_jsonl`); a line
     that is not JSON is a :class:`ResultsError` naming the file and line, and so is, with
     ``file_ids``, one without a ``file_id`` (CAPability's files); without it other lines are skipped."""
     rows = []

@@ -1,7 +1,7 @@
 """The ``capjudge`` command line (console script ``capjudge = capjudge.cli:main``).
 
 :mod:`~capjudge.cli.app` builds the parser and runs a command (``main``: one ``except`` for
-:class:`capjudge.errors.CapjudgeError`); :mod:`~capjudge.cli.common` holds what the commands share;
+:class:`capjudge.core.errors.CapjudgeError`); :mod:`~capjudge.cli.common` holds what the commands share;
 each command group has its module (``score``, ``compare``, ``explain``, ``catalog``, ``demo``,
 ``metaeval``, ``agree``, ``cache``, ``probe``, ``html``, ``arena``, ``parity``, ``batch``, and
 ``ray`` for ``score --ray``). Heavy modules are imported inside the commands: ``capjudge --help``
@@ -19,7 +19,7 @@ from capjudge.cli.common import (
     image_options,
     progress_bar,
 )
-from capjudge.errors import EXIT_BACKEND, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
+from capjudge.core.errors import EXIT_BACKEND, EXIT_FAIL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 
 __all__ = [
     "EXAMPLES_HELP",

@@ -41,7 +41,7 @@ def cmd_agree(args: argparse.Namespace) -> int:
     """``capjudge agree``: print the agreement report."""
     from capjudge.cli.html import check_html
     from capjudge.metaeval.agree import AgreeInputError, agree
-    from capjudge.preflight import PreflightError
+    from capjudge.run.preflight import PreflightError
 
     if len(args.results) < 2:
         print("capjudge: error: agree needs two or more results files", file=sys.stderr)
@@ -50,7 +50,7 @@ def cmd_agree(args: argparse.Namespace) -> int:
         check_html(args.html, args.results)
         report = agree(args.results, args.names, bootstrap=max(0, args.bootstrap), seed=args.seed)
     except (AgreeInputError, PreflightError) as exc:
-        from capjudge.redact import scrub
+        from capjudge.core.redact import scrub
 
         print(visible(f"capjudge: error: {scrub(str(exc))}"), file=sys.stderr)
         return 2

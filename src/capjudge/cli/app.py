@@ -6,10 +6,10 @@ Exit codes (:data:`EXIT_CODES_HELP`): 0 the run completed, also with per-sample 
 the results file, counted in the summary); 3 samples failed for backend reasons (server gone,
 retries exhausted, budget spent: re-running resumes); 1 the backend could not start; 2 a usage
 error, found before any backend is built (paths, columns, backend spec and options: see
-:mod:`capjudge.preflight`); 4 ``--batch``: batches submitted or in progress
+:mod:`capjudge.run.preflight`); 4 ``--batch``: batches submitted or in progress
 (:mod:`capjudge.cli.batch`); 6 no sample succeeded (every record an error, their most common causes
 printed; 3 wins when samples failed for backend reasons); 130 interrupted. Every message, log line and summary passes through
-:mod:`capjudge.redact`.
+:mod:`capjudge.core.redact`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable, Sequence
 from importlib import import_module
 
 from capjudge.cli.common import EXAMPLES_HELP, EXIT_CODES_HELP
-from capjudge.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE
+from capjudge.core.errors import EXIT_FAIL, EXIT_INTERRUPTED, EXIT_USAGE
 
 # The command modules of capjudge.cli, in the order `capjudge --help` lists their commands. Each
 # has ``register(subparsers)``; they import only light modules (heavy ones inside the commands).
@@ -53,7 +53,7 @@ def setup_logging(verbose: int) -> Callable[[], None]:
     secrets, whichever library logged it; returns the function that undoes it (``main`` may be
     called in-process, e.g. by tests)."""
     from capjudge.cli.terminal import VisibleFormatter
-    from capjudge.redact import install_scrubber
+    from capjudge.core.redact import install_scrubber
 
     root = logging.getLogger()
     handler = logging.StreamHandler(sys.stderr)
@@ -72,7 +72,7 @@ def setup_logging(verbose: int) -> Callable[[], None]:
 
 def _error(prefix: str, exc: BaseException | str) -> None:
     from capjudge.cli.terminal import visible
-    from capjudge.redact import scrub
+    from capjudge.core.redact import scrub
 
     # Plain print: error messages hold paths that must not be wrapped; their control characters
     # (a file named "\x1b[2J...") are escaped.
@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the command of parsed ``args``: its exit code, or the one of the error that stopped it
     (printed as ``capjudge: LABEL: message``, scrubbed of secrets)."""
     from capjudge.cli.tiny import resolve_tiny_backends
-    from capjudge.errors import CapjudgeError
+    from capjudge.core.errors import CapjudgeError
 
     try:
         resolve_tiny_backends(args)  # hf:tiny-llava and the like: built on first use
@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - a bug: still no secret in the traceback
         import traceback
 
-        from capjudge.redact import scrub
+        from capjudge.core.redact import scrub
 
         sys.stderr.write(scrub(traceback.format_exc()))
         _error("internal error", f"{type(exc).__name__}: {exc}")

@@ -32,7 +32,7 @@ from capjudge.cli.common import (
 from capjudge.cli.html import add_html_option
 from capjudge.cli.paperjudge import use_paper_judge
 from capjudge.cli.trust_common import add_human_option, check_human, human_summary
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 FORMATS = ("table", "json")
 
@@ -90,7 +90,7 @@ def _check(args: argparse.Namespace) -> tuple[Any, Any]:
         load_model_files,
         parse_model_specs,
     )
-    from capjudge.preflight import check_input
+    from capjudge.run.preflight import check_input
 
     if args.protocol == "round-robin":
         args.round_robin = True
@@ -139,8 +139,8 @@ def cmd_arena(args: argparse.Namespace) -> int:
             raise UsageError("--human goes with the battles of --baseline or --round-robin, not with CapArena-Auto")
         return caparena.cmd(args, _print_table, _as_result)
     from capjudge.arena.run import run_arena
-    from capjudge.outfile import ResumeConflict
-    from capjudge.summary import RunTally
+    from capjudge.run.outfile import ResumeConflict
+    from capjudge.run.summary import RunTally
 
     method, inp = _check(args)
     mode = None if args.mode == "auto" else args.mode
@@ -174,7 +174,7 @@ def cmd_arena(args: argparse.Namespace) -> int:
     if args.format == "json":
         data = result.to_dict()
         if args.human:  # the judge's numbers corrected by human labels (docs/trust.md)
-            from capjudge.types import json_safe
+            from capjudge.data.types import json_safe
 
             data["human_labels"] = json_safe(human_summary("arena", args.out, args.human, args.human_alpha, as_json=True))
         print(json.dumps(data, ensure_ascii=False))
@@ -191,7 +191,7 @@ def cmd_arena(args: argparse.Namespace) -> int:
 
 
 def _as_result(rec: dict[str, Any]) -> Any:
-    from capjudge.types import PairResult
+    from capjudge.data.types import PairResult
 
     return PairResult.from_dict(rec)
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.cli.terminal import visible
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 PROTOCOLS = ("baseline", "round-robin", "caparena-auto")
 
@@ -111,7 +111,7 @@ def _check_auto(args: argparse.Namespace) -> tuple[Any, Any, Any, Path]:
         parse_model_specs,
     )
     from capjudge.cli.common import method_with_template, preflight
-    from capjudge.preflight import check_input
+    from capjudge.run.preflight import check_input
 
     for flag, bad in (("--baseline", args.baseline), ("--round-robin", args.round_robin), ("--input", args.input), ("--budget", args.budget is not None), ("--limit", args.limit is not None)):
         if bad:
@@ -171,8 +171,8 @@ def cmd_auto(args: argparse.Namespace, print_table: Callable[..., None], as_resu
     """``--protocol caparena-auto``: judge the battles, write CapArena's files, print both leaderboards."""
     from capjudge.arena.caparena import run_caparena
     from capjudge.cli.common import finish, make_judge, progress_of, usage_rows
-    from capjudge.outfile import ResumeConflict
-    from capjudge.summary import RunTally
+    from capjudge.run.outfile import ResumeConflict
+    from capjudge.run.summary import RunTally
 
     method, inp, assignments, target = _check_auto(args)
     t0 = time.perf_counter()

@@ -20,10 +20,10 @@ from typing import Any
 from capjudge.backends.openai.batch_control import SUBMITTED_MESSAGE as SUBMITTED_MESSAGE
 from capjudge.cli.aliases import add_format
 from capjudge.cli.terminal import visible
-from capjudge.errors import EXIT_OK, EXIT_PENDING, UsageError
+from capjudge.core.errors import EXIT_OK, EXIT_PENDING, UsageError
 
 EXIT_SUBMITTED = EXIT_PENDING
-"""Batches were submitted, or are still in progress (``capjudge.errors.EXIT_PENDING``)."""
+"""Batches were submitted, or are still in progress (``capjudge.core.errors.EXIT_PENDING``)."""
 
 
 def add_batch_options(p: argparse.ArgumentParser) -> None:
@@ -79,7 +79,7 @@ def check_batch_args(args: argparse.Namespace) -> None:
 
 
 def _say(quiet: bool) -> Callable[[str], None]:
-    from capjudge.redact import scrub
+    from capjudge.core.redact import scrub
 
     def say(message: str) -> None:
         if not quiet:

@@ -51,7 +51,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     """``capjudge calibrate``: print the calibration report, save the map."""
     from capjudge.cli.html import check_html, command_line, emit
     from capjudge.cli.trust_common import check_save, print_problems
-    from capjudge.errors import UsageError
+    from capjudge.core.errors import UsageError
     from capjudge.trust.run import calibration_report
 
     if args.bins < 1 or not 0 < args.alpha < 1:
@@ -68,7 +68,7 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
         report.saved.save(args.save)
         report.data["saved"] = args.save
     if args.format == "json":
-        from capjudge.types import json_safe
+        from capjudge.data.types import json_safe
 
         print(json.dumps(json_safe(report.data), ensure_ascii=False))
     else:

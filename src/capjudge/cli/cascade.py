@@ -52,7 +52,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     """``capjudge cascade``: calibrate, print, save the plan."""
     from capjudge.cli.html import check_html, command_line, emit
     from capjudge.cli.trust_common import check_save, print_problems
-    from capjudge.errors import UsageError
+    from capjudge.core.errors import UsageError
     from capjudge.trust.run import cascade_report
 
     if not (0 < args.risk < 1 and 0 < args.delta < 1):
@@ -69,7 +69,7 @@ def cmd_cascade(args: argparse.Namespace) -> int:
         report.saved.save(args.save)
         report.data["saved"] = args.save
     if args.format == "json":
-        from capjudge.types import json_safe
+        from capjudge.data.types import json_safe
 
         print(json.dumps(json_safe(report.data), ensure_ascii=False))
     else:

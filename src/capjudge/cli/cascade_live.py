@@ -16,7 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 
 def _check(args: argparse.Namespace) -> None:
@@ -34,7 +34,7 @@ def _check(args: argparse.Namespace) -> None:
 def _preflight(args: argparse.Namespace, backends: list[str]) -> None:
     """``compare``'s checks before any judge is built, each of the plan's backends included."""
     from capjudge.cli.common import backend_options, hold_out_lock
-    from capjudge.preflight import (
+    from capjudge.run.preflight import (
         check_backend,
         check_columns,
         check_images,
@@ -61,8 +61,8 @@ def _preflight(args: argparse.Namespace, backends: list[str]) -> None:
 def _resume(args: argparse.Namespace, rows: list[Any], digest: str) -> Any:
     """What is kept from ``--out``: the records of this plan (``details.cascade.plan.digest``),
     matched to the input rows as ``compare`` matches them; records of another run: exit 2."""
-    from capjudge.outfile import ResumeConflict, pair_key, read_records
-    from capjudge.runner import ResumePlan, resume_plan
+    from capjudge.run.outfile import ResumeConflict, pair_key, read_records
+    from capjudge.run.runner import ResumePlan, resume_plan
 
     if args.overwrite:
         return ResumePlan()
@@ -87,13 +87,13 @@ def cmd_cascade_compare(args: argparse.Namespace) -> int:
         summary_table,
         usage_rows,
     )
-    from capjudge.inputcheck import load_items
+    from capjudge.data.types import PairResult
     from capjudge.judges.judge import Judge
     from capjudge.judges.pairwise import run_fields
-    from capjudge.runner import run_rows
-    from capjudge.summary import RunTally
+    from capjudge.run.inputcheck import load_items
+    from capjudge.run.runner import run_rows
+    from capjudge.run.summary import RunTally
     from capjudge.trust.live import LiveCascade, load_plan
-    from capjudge.types import PairResult
 
     _check(args)
     try:

@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from capjudge.cli.aliases import add_format
-from capjudge.errors import EXIT_OK
+from capjudge.core.errors import EXIT_OK
 
 
 def register(sub: Any) -> None:

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from capjudge.cli.panel import add_backend_option, check_panel, is_panel, make_panel, panel_args
 from capjudge.cli.panel import usage_rows as panel_usage_rows
-from capjudge.errors import EXIT_ALL_FAILED, EXIT_BACKEND, EXIT_OK, UsageError
+from capjudge.core.errors import EXIT_ALL_FAILED, EXIT_BACKEND, EXIT_OK, UsageError
 
 T = TypeVar("T")
 
@@ -114,7 +114,7 @@ def progress(items: Iterable[T], total: int | None, label: str, quiet: bool, don
 
 
 def progress_of(label: str, quiet: bool) -> Callable[[Iterator[T], int, int], Iterator[T]]:
-    """A ``progress(items, total, done)`` callback for :func:`capjudge.runner.run_rows`: the bar of
+    """A ``progress(items, total, done)`` callback for :func:`capjudge.run.runner.run_rows`: the bar of
     :func:`progress` labelled ``label``."""
     return lambda items, total, done: progress(items, total, label, quiet, done)
 
@@ -228,9 +228,9 @@ def preflight(
     path)``: writable, none of them an input, ``--template-file`` and ``--prices`` included), the
     backend spec and its options, ``--prices``. An existing ``out`` must be a results file of
     ``out_kind`` records (``"score"``, ``"pair"``), an existing ``--html`` a capjudge report and
-    an existing report of a flag in ``report_kinds`` one of that kind (:data:`capjudge.outguard.KINDS`).
+    an existing report of a flag in ``report_kinds`` one of that kind (:data:`capjudge.run.outguard.KINDS`).
     Raises a usage error naming the item."""
-    from capjudge.preflight import (
+    from capjudge.run.preflight import (
         check_backend,
         check_columns,
         check_images,
@@ -267,11 +267,11 @@ def preflight(
 
 
 def hold_out_lock(args: argparse.Namespace, out: str) -> None:
-    """Lock ``out`` against other runs until the command returns (:mod:`capjudge.outlock`; held by
+    """Lock ``out`` against other runs until the command returns (:mod:`capjudge.run.outlock`; held by
     :func:`capjudge.cli.app.run`); another run holding it is a usage error naming its pid."""
     held = getattr(args, "held", None)
     if held is not None:
-        from capjudge.outlock import out_lock
+        from capjudge.run.outlock import out_lock
 
         held.enter_context(out_lock(out))
 
@@ -303,10 +303,22 @@ def judge_kwargs(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def image_options(args: argparse.Namespace) -> dict[str, Any]:
-    """:class:`~capjudge.judges.judge.Judge`'s image keyword arguments (``--allow-outside-images``,
-    ``--max-image-pixels``, ``--oversize-images``, ``--max-image-bytes``, ``--image-timeout``)."""
-    names = ("allow_outside_images", "max_image_pixels", "oversize_images", "max_image_bytes", "image_timeout")
-    return {k: getattr(args, k) for k in names if getattr(args, k, None) is not None}
+    """:class:`~capjudge.judges.judge.Judge`'s image keyword arguments: ``allow_outside_images``
+    (``--allow-outside-images``) and ``image_limits`` (an :class:`~capjudge.data.images.ImageLimits`
+    of ``--max-image-pixels``, ``--oversize-images``, ``--max-image-bytes``, ``--image-timeout``)."""
+    from capjudge.data.images import ImageLimits
+
+    fields = {"max_image_pixels": "max_pixels", "oversize_images": "oversize", "max_image_bytes": "max_download_bytes", "image_timeout": "download_timeout"}
+    options: dict[str, Any] = {}
+    if getattr(args, "allow_outside_images", None) is not None:
+        options["allow_outside_images"] = args.allow_outside_images
+    limits = {field: getattr(args, flag) for flag, field in fields.items() if getattr(args, flag, None) is not None}
+    if limits:
+        try:
+            options["image_limits"] = ImageLimits(**limits)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None
+    return options
 
 
 def count(text: str) -> int:
@@ -352,7 +364,7 @@ def nonnegative_seconds(text: str) -> float:
 
 def add_image_options(p: argparse.ArgumentParser) -> None:
     """The options that bound what an image may cost and where it may come from."""
-    from capjudge.images import DEFAULT_LIMITS
+    from capjudge.data.images import DEFAULT_LIMITS
 
     g = p.add_argument_group("images")
     g.add_argument("--allow-outside-images", action="store_true", default=None, help="with --images DIR: also read image paths that leave DIR (../, absolute paths, symlinks pointing outside); without it such a row is an error record")
@@ -482,7 +494,7 @@ def summary_table(title: str, rows: list[tuple[str, str]]) -> Any:
     from rich.table import Table
 
     from capjudge.cli.terminal import visible
-    from capjudge.redact import scrub
+    from capjudge.core.redact import scrub
 
     table = Table(title=title, show_header=False)
     table.add_column("what")
@@ -495,7 +507,7 @@ def summary_table(title: str, rows: list[tuple[str, str]]) -> Any:
 def bad_row_result(row: Any, method: Any, judge: Any) -> Any:
     """The error record of an input row that could not be read (it names the line and the cause;
     its scale is the method's, as every other record of the run)."""
-    from capjudge.types import ScoreResult
+    from capjudge.data.types import ScoreResult
 
     return ScoreResult(image="", caption="", score=None, method=method.name, backend=judge.backend_spec, model=judge.backend.model, template_hash=method.template_hash, raw=row.raw or None, status="error", error=row.error, id=row.id or str(row.line), scale=method.scale)
 
@@ -506,7 +518,7 @@ def finish(tally: Any) -> int:
     samples failed for backend reasons (a re-run resumes: first), else 6 when no sample succeeded,
     else 0."""
     from capjudge.cli.terminal import visible
-    from capjudge.redact import scrub
+    from capjudge.core.redact import scrub
 
     for warning in tally.warnings():
         print(f"capjudge: {visible(warning)}", file=sys.stderr)

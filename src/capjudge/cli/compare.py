@@ -26,7 +26,7 @@ from capjudge.cli.html import add_html_option
 from capjudge.cli.score import html_report
 from capjudge.cli.serve import command_method, remote_judge
 from capjudge.cli.trust_common import add_calibration_option, load_calibration, warn_backend
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 
 def register(sub: Any) -> None:
@@ -48,12 +48,18 @@ def register(sub: Any) -> None:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     """``capjudge compare``."""
-    from capjudge.inputcheck import load_items
+    from capjudge.data.types import PairResult
     from capjudge.judges.pairwise import run_fields, with_order
-    from capjudge.outfile import pair_key
-    from capjudge.runner import kept_results, options_digest, planning_pass, resume_plan, run_rows
-    from capjudge.summary import RunTally
-    from capjudge.types import PairResult
+    from capjudge.run.inputcheck import load_items
+    from capjudge.run.outfile import pair_key
+    from capjudge.run.runner import (
+        kept_results,
+        options_digest,
+        planning_pass,
+        resume_plan,
+        run_rows,
+    )
+    from capjudge.run.summary import RunTally
 
     if args.cascade:
         from capjudge.cli.cascade_live import cmd_cascade_compare

@@ -18,6 +18,6 @@ def register(sub: Any) -> None:
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``capjudge demo``."""
-    from capjudge.demo import run_demo
+    from capjudge.cli.demo_run import run_demo
 
     return run_demo(backend=args.backend, out_dir=Path(args.out_dir), cache_dir=args.cache_dir)

@@ -15,7 +15,7 @@ from capjudge.cli.common import (
     method_with_template,
     preflight,
 )
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 
 def register(sub: Any) -> None:
@@ -36,9 +36,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     import json
     from contextlib import nullcontext
 
-    from capjudge.inputcheck import load_items
-    from capjudge.io import BadRow, ResultWriter
-    from capjudge.summary import RunTally
+    from capjudge.data.io import BadRow, ResultWriter
+    from capjudge.run.inputcheck import load_items
+    from capjudge.run.summary import RunTally
 
     method = method_with_template(args.method, args.template, args.template_file)
     if method.kind != "score":

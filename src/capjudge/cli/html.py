@@ -30,17 +30,17 @@ def add_html_option(p: argparse.ArgumentParser, *, images: bool = False) -> None
 
 def command_line() -> str:
     """The command as typed (shown at the top of the report)."""
-    from capjudge.redact import scrub
+    from capjudge.core.redact import scrub
 
     return scrub("capjudge " + " ".join(shlex.quote(a) for a in sys.argv[1:])) if sys.argv[1:] else ""
 
 
 def check_html(path: str | None, inputs: Sequence[str | None] = ()) -> None:
     """Before a run: the report file can be written, is none of the inputs and, if it exists, is a
-    report capjudge wrote (raises :class:`~capjudge.preflight.PreflightError`)."""
+    report capjudge wrote (raises :class:`~capjudge.run.preflight.PreflightError`)."""
     if path is None:
         return
-    from capjudge.preflight import check_output
+    from capjudge.run.preflight import check_output
 
     check_output(path, inputs=inputs, what="--html", kind="html")
 
@@ -56,7 +56,7 @@ def emit(path: str | None, build: Callable[[], Any], *, quiet: bool = False) -> 
         page = build()
         write_html(page, path)
     except (OSError, ValueError) as exc:
-        from capjudge.redact import scrub
+        from capjudge.core.redact import scrub
 
         print(visible(f"capjudge: error: the HTML report {path!r} could not be written: {scrub(str(exc))}"), file=sys.stderr)
         return
@@ -96,7 +96,7 @@ def register(subparsers: Any) -> None:
 
 def cmd_html(args: argparse.Namespace) -> int:
     """``capjudge html``: 0 written, 2 bad input (a missing or unusable results file, a bad option)."""
-    from capjudge.errors import UsageError
+    from capjudge.core.errors import UsageError
 
     if args.max_rows < 0 or args.thumb_size < 0:
         raise UsageError("--max-rows and --thumb-size must be 0 or more")

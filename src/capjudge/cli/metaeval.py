@@ -98,7 +98,7 @@ def register(subparsers: Any) -> None:
 def _err(msg: str) -> int:
     """Print a usage error (scrubbed of secrets, as the app prints one) and give its exit code: the
     meta-eval commands return it, so that they can be called without the app."""
-    from capjudge.redact import scrub
+    from capjudge.core.redact import scrub
 
     print(visible(f"capjudge: error: {scrub(msg)}"), file=sys.stderr)
     return 2
@@ -150,7 +150,7 @@ def _check_html(args: argparse.Namespace, inputs: Sequence[str]) -> None:
     """Before the work: ``--html``, ``--plot`` and ``--markdown`` can be written, are no input and,
     where they exist, are reports capjudge wrote (raises PreflightError)."""
     from capjudge.cli.html import check_html
-    from capjudge.preflight import check_output
+    from capjudge.run.preflight import check_output
 
     check_html(getattr(args, "html", None), inputs)
     for flag, kind in (("--plot", "plot"), ("--markdown", "markdown")):
@@ -173,7 +173,7 @@ def _html(args: argparse.Namespace, evals: Sequence[MetaEval], names: Sequence[s
 # ------------------------------------------------------------------------------------ handlers
 def cmd_meta_eval(args: argparse.Namespace) -> int:
     """``capjudge meta-eval``: print the benchmark's measures for one results file."""
-    from capjudge.preflight import PreflightError
+    from capjudge.run.preflight import PreflightError
 
     try:
         _check_html(args, [args.scores, args.human])
@@ -197,7 +197,7 @@ def _limited(bench: Benchmark, limit: int | None) -> Benchmark:
 
 
 def _write_results(path: Path, results: Iterable[Any]) -> None:
-    from capjudge.io import write_results
+    from capjudge.data.io import write_results
 
     write_results(path, results)
 
@@ -212,8 +212,8 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     if not images.is_dir():
         return _err(f"image folder not found: {images}")
     images = images.absolute()  # annotation paths resolve to absolute ones, which the judge keeps inside it
-    from capjudge.preflight import PreflightError, check_backend, check_output
     from capjudge.prompts.registry import UnknownMethodError, get_method
+    from capjudge.run.preflight import PreflightError, check_backend, check_output
 
     try:  # everything that can be checked before the model loads (minutes for a 13B model)
         kind = get_method(args.method).kind
@@ -237,7 +237,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
         judge = Judge(args.method, args.backend, cache_dir=None if args.no_cache else (args.cache_dir or default_cache_dir()), preset=args.judge,
                       images_root=images, allow_outside_images=args.allow_outside_images)  # fmt: skip
     except BackendError as exc:  # the backend could not start: exit 1, as `capjudge score`
-        from capjudge.redact import scrub
+        from capjudge.core.redact import scrub
 
         print(visible(f"capjudge: backend error: {scrub(str(exc))}"), file=sys.stderr)
         return 1
@@ -246,7 +246,7 @@ def cmd_run_benchmark(args: argparse.Namespace) -> int:
     out = Path(args.out)
     from capjudge.backends.credentials import mask_argv
     from capjudge.cli.common import progress
-    from capjudge.summary import RunTally
+    from capjudge.run.summary import RunTally
 
     tally = RunTally(method=args.method, smoothing=bool(getattr(judge.method, "smoothing", False)))
     shown_backend = mask_argv([args.backend])[0]  # credentials in the spec shown as ***
@@ -289,7 +289,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     names = args.names
     if names and len(names) != len(args.scores):
         return _err(f"--names gives {len(names)} names for {len(args.scores)} results files")
-    from capjudge.preflight import PreflightError
+    from capjudge.run.preflight import PreflightError
 
     try:
         _check_html(args, [*args.scores, args.human])
@@ -313,7 +313,7 @@ def cmd_report(args: argparse.Namespace) -> int:
                 print(visible(f"note [{label}]: {note}"))
     if args.markdown:
         Path(args.markdown).parent.mkdir(parents=True, exist_ok=True)
-        from capjudge.outguard import MARKDOWN_MARKER
+        from capjudge.run.outguard import MARKDOWN_MARKER
 
         # marked as capjudge's, so that a re-run may replace it
         Path(args.markdown).write_text(MARKDOWN_MARKER + "\n" + comparison_markdown(evals, names), encoding="utf-8")

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.cli.tiny import resolve_tiny
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 ENTRY_KEYS = ("backend", "judge", "backend_options", "name")
 API_FLAGS = ("concurrency", "max_cost", "prices", "detail")
@@ -77,8 +77,8 @@ def _masked(spec: str) -> str:
 
 
 def _load_file(path: str) -> tuple[list[Any], dict[str, Any]]:
-    from capjudge.io import load_json
-    from capjudge.preflight import check_input
+    from capjudge.data.io import load_json
+    from capjudge.run.preflight import check_input
 
     check_input(path, "--panel")
     try:
@@ -193,7 +193,7 @@ def check_panel(args: argparse.Namespace, common: dict[str, Any]) -> None:
     """Every judge's backend spec and options, checked before any is built (usage errors naming the
     entry); the API flags need one judge on an API backend."""
     from capjudge.backends import kinds
-    from capjudge.preflight import PreflightError, check_backend
+    from capjudge.run.preflight import PreflightError, check_backend
 
     panel = panel_args(args)
     assert panel is not None
@@ -241,7 +241,7 @@ def usage_rows(judge: Any, rows_of: Any) -> list[tuple[str, str]]:
 def member_results(out: str) -> dict[str, list[dict[str, Any]]]:
     """Each judge's records in the panel's results file (kept records included)."""
     from capjudge.judges.panel import member_records
-    from capjudge.outfile import read_records
+    from capjudge.run.outfile import read_records
 
     return member_records(read_records(out))
 
@@ -265,7 +265,7 @@ def print_panel(con: Any, judge: Any, out: str) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from capjudge.redact import scrub
+    from capjudge.core.redact import scrub
 
     members = member_results(out)
     t = Table(title=f"the panel's judges ({judge.aggregate} of scores, majority of verdicts, quorum {judge.quorum})")
@@ -313,7 +313,7 @@ def print_arena_panel(con: Any, d: dict[str, Any]) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from capjudge.redact import scrub
+    from capjudge.core.redact import scrub
 
     by_judge: dict[str, list[dict[str, Any]]] = d.get("leaderboards_by_judge") or {}
     if not by_judge:

@@ -7,7 +7,7 @@ import argparse
 import sys
 from typing import Any
 
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 SERVER_HINT = "openai-compatible:http://127.0.0.1:8000/v1#{model}"
 """The spec of an open paper judge served by vLLM's OpenAI-compatible server (``vllm serve MODEL``)."""

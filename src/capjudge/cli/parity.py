@@ -17,7 +17,7 @@ import sys
 from typing import Any
 
 from capjudge.cli.common import add_image_options, image_options, parse_options
-from capjudge.errors import EXIT_DIFFER, UsageError
+from capjudge.core.errors import EXIT_DIFFER, UsageError
 
 EXIT_OUTSIDE_TOLERANCE = EXIT_DIFFER  # 4 is --batch "submitted, still running"
 
@@ -60,7 +60,7 @@ def register(subparsers: Any) -> None:
 
 
 def _rows(path: str, reader: Any, limit: int | None) -> tuple[list[dict[str, Any]], list[str]]:
-    from capjudge.io import BadRow
+    from capjudge.data.io import BadRow
 
     rows, bad = [], []
     for row in reader(path):
@@ -75,8 +75,8 @@ def _rows(path: str, reader: Any, limit: int | None) -> tuple[list[dict[str, Any
 
 def cmd_parity(args: argparse.Namespace) -> int:
     """``capjudge parity``: judge on both backends, print the comparison."""
-    from capjudge.io import read_pairs, read_samples
-    from capjudge.preflight import check_backend, check_images, check_input
+    from capjudge.data.io import read_pairs, read_samples
+    from capjudge.run.preflight import check_backend, check_images, check_input
 
     check_input(args.input, "--input")
     if args.pairs:
@@ -127,7 +127,7 @@ def cmd_parity(args: argparse.Namespace) -> int:
 def backend_labels(spec_a: str, spec_b: str, opts_a: dict[str, Any], opts_b: dict[str, Any]) -> tuple[str, str]:
     """How the report names the two backends: each spec with the options in which they differ
     (secret-looking values masked), so that two rows of one spec can be told apart."""
-    from capjudge.redact import MASK, scrub
+    from capjudge.core.redact import MASK, scrub
 
     differing = sorted(k for k in set(opts_a) | set(opts_b) if opts_a.get(k) != opts_b.get(k))
 

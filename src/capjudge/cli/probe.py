@@ -22,7 +22,7 @@ from capjudge.cli.common import (
 )
 from capjudge.cli.html import add_html_option
 from capjudge.cli.terminal import visible
-from capjudge.errors import EXIT_OK, UsageError
+from capjudge.core.errors import EXIT_OK, UsageError
 
 # Only light modules at the top (perturbations is the standard library only): building the parser
 # (`capjudge --help`) must not import the judge, numpy or matplotlib; the handlers import them.
@@ -101,7 +101,7 @@ def register(subparsers: Any) -> None:
 
 
 def _read_captions(path: str, limit: int | None) -> tuple[list[dict[str, Any]], int]:
-    from capjudge.io import BadRow, read_samples
+    from capjudge.data.io import BadRow, read_samples
 
     rows = list(read_samples(path))
     if limit is not None:
@@ -113,7 +113,7 @@ def _read_captions(path: str, limit: int | None) -> tuple[list[dict[str, Any]], 
 def _holds_groups(path: str) -> bool:
     """Whether choose-one's ``--input`` holds groups (``true`` / ``flawed`` lists) rather than
     captions to make flawed ones from: read from its first readable row (a CSV's header)."""
-    from capjudge.io import read_rows
+    from capjudge.data.io import read_rows
 
     for row in read_rows(path):
         if isinstance(row, dict):
@@ -147,7 +147,7 @@ def _kinds(text: str) -> list[str]:
 
 def _write_text(path: str, text: str) -> None:
     """Write a Markdown report, marked as capjudge's so that a re-run may replace it."""
-    from capjudge.outguard import MARKDOWN_MARKER
+    from capjudge.run.outguard import MARKDOWN_MARKER
 
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -162,7 +162,7 @@ def _second_plot(plot: str, method: str) -> Path:
 
 def cmd_probe(args: argparse.Namespace) -> int:
     """``capjudge probe``."""
-    from capjudge.io import ResultWriter
+    from capjudge.data.io import ResultWriter
     from capjudge.judges.judge import Judge
     from capjudge.probes.report import hardening_markdown, probe_markdown, probe_plot, write_json
     from capjudge.probes.runner import compare_hardening, run_probe
@@ -223,7 +223,7 @@ def cmd_probe(args: argparse.Namespace) -> int:
 
 def cmd_choose_one(args: argparse.Namespace) -> int:
     """``capjudge choose-one``."""
-    from capjudge.io import BadRow, read_rows
+    from capjudge.data.io import BadRow, read_rows
     from capjudge.probes.choose_one import build_groups, group_from_row, run_choose_one
     from capjudge.probes.report import choose_one_markdown, write_json
 

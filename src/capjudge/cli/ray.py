@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 
 def check_ray_args(args: argparse.Namespace) -> None:

@@ -33,7 +33,7 @@ from capjudge.cli.trust_common import (
     load_calibration,
     warn_backend,
 )
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 
 def register(sub: Any) -> None:
@@ -57,11 +57,17 @@ def register(sub: Any) -> None:
 
 def cmd_score(args: argparse.Namespace) -> int:
     """``capjudge score``."""
-    from capjudge.inputcheck import load_items
-    from capjudge.outfile import score_key
-    from capjudge.runner import kept_results, options_digest, planning_pass, resume_plan, run_rows
-    from capjudge.summary import RunTally
-    from capjudge.types import ScoreResult
+    from capjudge.data.types import ScoreResult
+    from capjudge.run.inputcheck import load_items
+    from capjudge.run.outfile import score_key
+    from capjudge.run.runner import (
+        kept_results,
+        options_digest,
+        planning_pass,
+        resume_plan,
+        run_rows,
+    )
+    from capjudge.run.summary import RunTally
 
     method = command_method(args)  # --remote: the server's
     if method.pairwise:

@@ -20,7 +20,7 @@ from typing import Any
 
 from capjudge.cli.common import add_common, judge_kwargs, method_with_template, positive, seconds
 from capjudge.cli.paperjudge import use_paper_judge
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 # What --remote leaves to the server (the method, the backend and how they run): refused with it.
 SERVER_CHOSEN = ("backend", "panel", "panel_aggregate", "panel_quorum", "thinking", "thinking_budget", "template", "template_file", "judge", "max_new_tokens", "method_option", "backend_opt", "concurrency", "max_cost", "prices", "detail", "cache_dir")
@@ -91,7 +91,7 @@ def _serve(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"capjudge serve needs the serve extra: pip install 'capjudge[serve]' ({exc.name} is missing)") from None
     from capjudge.cli.common import preflight
-    from capjudge.imagesources import ImageSources
+    from capjudge.data.imagesources import ImageSources
     from capjudge.serve.app import (
         DEFAULT_BODY_TIMEOUT,
         DEFAULT_MAX_BODY_BYTES,
@@ -151,7 +151,7 @@ def remote_judge(args: argparse.Namespace) -> Any:
             given.append(f"--{flag.replace('_', '-')}")
     if given:
         raise UsageError(f"--remote: the server chose the method, the backend and how they run; {', '.join(given)} cannot be given with it")
-    from capjudge.images import ImageLimits
+    from capjudge.data.images import ImageLimits
     from capjudge.serve.client import RemoteJudge
 
     image = judge_kwargs_images(args)
@@ -168,7 +168,7 @@ def remote_judge(args: argparse.Namespace) -> Any:
 
 
 def judge_kwargs_images(args: argparse.Namespace) -> dict[str, Any]:
-    """The image options of the command line as :class:`capjudge.images.ImageLimits` fields (and
+    """The image options of the command line as :class:`capjudge.data.images.ImageLimits` fields (and
     ``allow_outside_images``)."""
     names = {"max_image_pixels": "max_pixels", "oversize_images": "oversize", "max_image_bytes": "max_download_bytes", "image_timeout": "download_timeout", "allow_outside_images": "allow_outside_images"}
     return {new: getattr(args, old) for old, new in names.items() if getattr(args, old, None) is not None}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from capjudge.errors import EXIT_OK, UsageError
+from capjudge.core.errors import EXIT_OK, UsageError
 
 # The attributes of a parsed command line that hold backend specs.
 SPEC_ATTRS = ("backend", "a", "b")

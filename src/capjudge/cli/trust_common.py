@@ -12,8 +12,8 @@ def check_save(path: str | None, kind: str) -> None:
     """A usage error when ``--save`` would replace a file that is not a capjudge file of ``kind``."""
     if not path:
         return
-    from capjudge.errors import UsageError
-    from capjudge.outguard import replace_refusal
+    from capjudge.core.errors import UsageError
+    from capjudge.run.outguard import replace_refusal
 
     why = replace_refusal(path, kind)
     if why:
@@ -22,7 +22,7 @@ def check_save(path: str | None, kind: str) -> None:
 
 def print_problems(problems: list[str], limit: int = 20) -> None:
     """Each bad row of the inputs on stderr (the first ``limit``, then a count), scrubbed."""
-    from capjudge.redact import scrub
+    from capjudge.core.redact import scrub
 
     for p in problems[:limit]:
         print(f"capjudge: bad row: {scrub(p)}", file=sys.stderr)
@@ -46,7 +46,7 @@ def load_calibration(path: str | None, method: object, kind: str) -> object:
     does not fit."""
     if not path:
         return None
-    from capjudge.errors import UsageError
+    from capjudge.core.errors import UsageError
     from capjudge.trust.apply import RecordCalibration
 
     try:
@@ -71,7 +71,7 @@ def add_human_option(p: object) -> None:
 
 def check_human(path: str | None, alpha: float) -> None:
     """``--human``'s file exists and ``--human-alpha`` lies in (0, 1): usage errors before the run."""
-    from capjudge.errors import UsageError
+    from capjudge.core.errors import UsageError
 
     if path is None:
         return
@@ -145,6 +145,6 @@ def warn_backend(calibration: Any, backend: str) -> None:
     """A warning on stderr when the ``--calibration`` file was fitted on another backend."""
     note = calibration.backend_note(backend) if calibration is not None else None
     if note:
-        from capjudge.redact import scrub
+        from capjudge.core.redact import scrub
 
         print(f"capjudge: warning: {scrub(note)}", file=sys.stderr)

@@ -14,7 +14,7 @@ See docs/ray.md.
 
 from __future__ import annotations
 
-from capjudge.lazyexport import lazy_attributes
+from capjudge.core.lazyexport import lazy_attributes
 
 _EXPORTS = {
     "JudgeConfig": "capjudge.distributed.config",

@@ -25,15 +25,15 @@ from typing import TYPE_CHECKING, Any
 
 from capjudge.backends import kinds
 from capjudge.backends.base import BackendError
+from capjudge.core.errors import UsageError
+from capjudge.core.redact import get_logger
 from capjudge.distributed.config import JudgeConfig, plan_units
-from capjudge.errors import UsageError
-from capjudge.redact import get_logger
 
 if TYPE_CHECKING:
     from capjudge.backends.base import Backend
+    from capjudge.data.types import ScoreResult
     from capjudge.judges.judge import Judge
     from capjudge.prompts.registry import Method
-    from capjudge.types import ScoreResult
 
 log = get_logger(__name__)
 

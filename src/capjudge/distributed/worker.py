@@ -5,7 +5,7 @@ model loads once per actor (at its first cache miss), and calls it with batches 
 image groups, see :mod:`capjudge.distributed.config`). This module does not import Ray.
 
 A batch's answer has three columns: ``row`` (input index), ``result`` (the pickled
-:class:`~capjudge.types.ScoreResult`, exactly what one process makes) and ``load_error`` (the
+:class:`~capjudge.data.types.ScoreResult`, exactly what one process makes) and ``load_error`` (the
 model could not be loaded: the driver stops the run, as a single process does). A sample that
 fails is an error record, as in one process; a bug that stops a unit midway turns that unit's
 unanswered samples into error records that say so.
@@ -16,12 +16,12 @@ from __future__ import annotations
 import pickle
 from typing import TYPE_CHECKING, Any
 
-from capjudge.redact import get_logger
+from capjudge.core.redact import get_logger
 
 if TYPE_CHECKING:
+    from capjudge.data.types import ScoreResult
     from capjudge.distributed.config import JudgeConfig
     from capjudge.judges.judge import Judge
-    from capjudge.types import ScoreResult
 
 log = get_logger(__name__)
 
@@ -29,8 +29,8 @@ log = get_logger(__name__)
 def lost_record(judge: Judge, index: int, sample: Any, message: str, *, resumable: bool = True) -> ScoreResult:
     """The error record of a sample that was never judged (its worker failed), made as the judge
     makes every record; ``resumable`` marks it for a re-run to ask again."""
+    from capjudge.data.types import Sample
     from capjudge.judges.prepare import Prepared, sample_id
-    from capjudge.types import Sample
 
     if isinstance(sample, Sample):
         s = sample

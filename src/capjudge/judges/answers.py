@@ -13,6 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from capjudge.backends.base import Completion
+from capjudge.core.redact import get_logger
+from capjudge.data.types import REASONING_CUT_OFF, ScoreResult
 from capjudge.judges.confidence import score_fields
 from capjudge.judges.expected import (
     Printed,
@@ -35,8 +37,6 @@ from capjudge.parsing import parse_score_details
 from capjudge.parsing.official import first_integer, fleur_code_number
 from capjudge.parsing.text import clean, coerce_text
 from capjudge.prompts.registry import Method
-from capjudge.redact import get_logger
-from capjudge.types import REASONING_CUT_OFF, ScoreResult
 
 log = get_logger(__name__)
 

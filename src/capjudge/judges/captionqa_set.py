@@ -23,7 +23,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from capjudge.io import read_jsonl, read_samples
+from capjudge.data.io import read_jsonl, read_samples
 from capjudge.parsing.captionqa import LETTERS, answer_index, with_cannot_answer
 
 SEED = 0
@@ -183,7 +183,7 @@ def plan(entries: list[Any], captioned: frozenset[str] | None, source: str = "")
 
 
 def captioned_keys(path: str | Path, ids: frozenset[str]) -> frozenset[str]:
-    """The set's ids that the rows of an input file (JSONL / CSV, :func:`capjudge.io.read_samples`)
+    """The set's ids that the rows of an input file (JSONL / CSV, :func:`capjudge.data.io.read_samples`)
     give a caption, found as :func:`entry_key` finds a sample's (rows that cannot be read: none)."""
     keys = set()
     for row in read_samples(path):

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from capjudge.backends.base import Completion, Message, Request
-from capjudge.images import ImageError, LoadedImage
+from capjudge.data.images import ImageError, LoadedImage
 from capjudge.judges.steps import Outcome, StepContext
 from capjudge.parsing.dcscore import json_lines, mapping_of, read_json_answer, sample_scores
 from capjudge.prompts.registry import get_template

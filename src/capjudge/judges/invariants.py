@@ -1,5 +1,5 @@
 """What a record with status ``ok`` always holds, checked where records are made
-(the checks themselves: :mod:`capjudge.recordcheck`).
+(the checks themselves: :mod:`capjudge.data.recordcheck`).
 
 A score record that says ``ok`` has a finite score on its method's scale; a pair record that says
 ``ok`` has a verdict (``A``, ``B`` or ``tie``) and, when it was decided by grading, two finite
@@ -15,8 +15,8 @@ scale; methods that read the first integer keep numbers outside the scale as the
 
 from __future__ import annotations
 
-# The checks are pure and live beside the record types, so that a re-run (capjudge.outfile) can
+# The checks are pure and live beside the record types, so that a re-run (capjudge.run.outfile) can
 # apply them to old records without importing the judges.
-from capjudge.recordcheck import SCALE_TOLERANCE, checked_score, pair_problem
+from capjudge.data.recordcheck import SCALE_TOLERANCE, checked_score, pair_problem
 
 __all__ = ["SCALE_TOLERANCE", "checked_score", "pair_problem"]

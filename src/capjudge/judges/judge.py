@@ -14,6 +14,7 @@ estimate for answers without log-probabilities).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,8 @@ from capjudge.backends import kinds
 from capjudge.backends.base import Backend, Completion, Request
 from capjudge.backends.presets import preset_of, preset_options
 from capjudge.backends.registry import load_backend, parse_spec
-from capjudge.images import DEFAULT_LIMITS, ImageLimits, LoadedImage
+from capjudge.data.images import DEFAULT_LIMITS, ImageLimits, LoadedImage
+from capjudge.data.types import ImageInput, PairResult, Sample, ScoreResult
 from capjudge.judges import pairwise, sampling
 from capjudge.judges.answers import read_safely
 from capjudge.judges.dispatch import generate_all, in_input_order
@@ -31,7 +33,6 @@ from capjudge.judges.records import backend_spec, error_record, score_record
 from capjudge.judges.requests import RequestBuilder
 from capjudge.judges.scoring import ScoringRun
 from capjudge.prompts.registry import Method, get_method, get_template
-from capjudge.types import ImageInput, PairResult, Sample, ScoreResult
 
 API_KINDS = frozenset(kinds.api_kinds())  # kept for old imports: ask capjudge.backends.kinds
 
@@ -77,15 +78,17 @@ class Judge:
     allow_outside_images:
         With ``images_root``: also read image paths that leave it (``../``, absolute paths,
         symlinks pointing outside). Off by default: such a sample is an error record.
-    max_image_pixels:
-        Pixel budget of a decoded image (0: none): larger pictures are downscaled at load to fit
-        (records say so in ``details["image_downscaled"]``), or refused with
-        ``oversize_images="refuse"``.
-    oversize_images:
-        ``"downscale"`` (default) or ``"refuse"`` (an error record naming the sample).
-    max_image_bytes, image_timeout:
-        Size cap (bytes) and overall deadline (seconds, the whole download) of an ``http(s)`` image
-        that a local backend downloads.
+    image_limits:
+        The image policy, one :class:`~capjudge.data.images.ImageLimits` (default
+        ``ImageLimits()``): ``max_pixels``, the pixel budget of a decoded image (0: none; larger
+        pictures are downscaled at load to fit, records say so in ``details["image_downscaled"]``,
+        or refused with ``oversize="refuse"``: an error record naming the sample);
+        ``max_download_bytes`` and ``download_timeout``, the size cap (bytes) and overall deadline
+        (seconds, the whole download) of an ``http(s)`` image that a local backend downloads.
+    max_image_pixels, oversize_images, max_image_bytes, image_timeout:
+        Deprecated (one release, with a :class:`DeprecationWarning`): the fields of
+        ``image_limits`` as separate keywords (``max_pixels``, ``oversize``,
+        ``max_download_bytes``, ``download_timeout``); not together with ``image_limits``.
     estimate_by_sampling:
         N: a smoothing method's answer without usable log-probabilities (refused by the server, or
         missing) is scored by the mean of N more answers sampled at temperature 1, on any backend
@@ -110,14 +113,16 @@ class Judge:
         method_options: dict[str, Any] | None = None,
         preset: str | None = None,
         allow_outside_images: bool = False,
-        max_image_pixels: int = DEFAULT_LIMITS.max_pixels,
-        oversize_images: str = DEFAULT_LIMITS.oversize,
-        max_image_bytes: int = DEFAULT_LIMITS.max_download_bytes,
-        image_timeout: float = DEFAULT_LIMITS.download_timeout,
+        image_limits: ImageLimits | None = None,
         estimate_by_sampling: int | None = None,
+        max_image_pixels: int | None = None,
+        oversize_images: str | None = None,
+        max_image_bytes: int | None = None,
+        image_timeout: float | None = None,
     ) -> None:
         self.method = get_method(method).configure(method_options)
-        self.image_limits = ImageLimits(max_pixels=max_image_pixels, oversize=oversize_images, max_download_bytes=max_image_bytes, download_timeout=image_timeout)  # type: ignore[arg-type]
+        old = {"max_image_pixels": max_image_pixels, "oversize_images": oversize_images, "max_image_bytes": max_image_bytes, "image_timeout": image_timeout}
+        self.image_limits = image_limits_of(image_limits, old)
         self.allow_outside_images = bool(allow_outside_images)
         options = dict(backend_options or {})
         # The judge's option, not the backend's: taken out before the backend is built.
@@ -331,5 +336,29 @@ def score_images(judge: Judge, image: ImageInput, captions: Sequence[str]) -> li
     """Score several captions of one image (convenience for notebooks)."""
     return list(judge.score_many(Sample(image, c) for c in captions))
 
+
+
+# Judge's image keywords before ImageLimits (one release): keyword -> ImageLimits field.
+OLD_IMAGE_KEYWORDS = {"max_image_pixels": "max_pixels", "oversize_images": "oversize", "max_image_bytes": "max_download_bytes", "image_timeout": "download_timeout"}
+
+
+def image_limits_of(image_limits: ImageLimits | None, old: dict[str, Any]) -> ImageLimits:
+    """The judge's image policy: ``image_limits``, or one built from the deprecated keywords
+    (``max_image_pixels=`` ...) with a :class:`DeprecationWarning` naming the new form."""
+    given = {k: v for k, v in old.items() if v is not None}
+    if image_limits is not None and not isinstance(image_limits, ImageLimits):
+        raise TypeError(f"image_limits must be a capjudge.data.images.ImageLimits, got {type(image_limits).__name__}")
+    if not given:
+        return image_limits or DEFAULT_LIMITS
+    names = ", ".join(f"{k}=" for k in given)
+    if image_limits is not None:
+        raise ValueError(f"give image_limits=ImageLimits(...) or the old keywords ({names}), not both")
+    fields = ", ".join(f"{OLD_IMAGE_KEYWORDS[k]}=..." for k in given)
+    warnings.warn(
+        f"Judge({names}) is deprecated: pass image_limits=ImageLimits({fields}) (from capjudge.data.images); the keywords go in a future release",
+        DeprecationWarning,
+        stacklevel=3,
+    )
+    return ImageLimits(**{OLD_IMAGE_KEYWORDS[k]: v for k, v in given.items()})
 
 __all__ = ["API_KINDS", "Judge", "SampleError", "score_images"]

@@ -25,7 +25,16 @@ from typing import Any, Literal, Protocol
 
 from capjudge.backends.base import Backend, Completion, Request
 from capjudge.backends.faults import failure_details
-from capjudge.images import LoadedImage
+from capjudge.data.images import LoadedImage
+from capjudge.data.types import (
+    REASONING_CUT_OFF,
+    ImageInput,
+    PairResult,
+    Sample,
+    ScoreResult,
+    image_label,
+    normalize_caption,
+)
 from capjudge.judges import confidence
 from capjudge.judges.dispatch import (
     Answer,
@@ -44,15 +53,6 @@ from capjudge.judges.voting import dual_sided_vote, flip, seeded_first, verdict_
 from capjudge.parsing import parse_verdict
 from capjudge.parsing.detailed import caparena_answer
 from capjudge.prompts.registry import Method, TemplateError, get_template
-from capjudge.types import (
-    REASONING_CUT_OFF,
-    ImageInput,
-    PairResult,
-    Sample,
-    ScoreResult,
-    image_label,
-    normalize_caption,
-)
 
 CompareMode = Literal["pairwise", "grading", "single"]
 

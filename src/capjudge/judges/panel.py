@@ -32,13 +32,13 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from capjudge.backends import kinds
+from capjudge.data.types import ImageInput, PairResult, Sample, ScoreResult
 from capjudge.judges import confidence, pairwise
 from capjudge.judges.dispatch import in_input_order
 from capjudge.judges.invariants import checked_score
 from capjudge.judges.judge import Judge
 from capjudge.judges.scoring import read_windows
 from capjudge.prompts.registry import Method
-from capjudge.types import ImageInput, PairResult, Sample, ScoreResult
 
 Aggregate = Literal["mean", "median"]
 AGGREGATES: tuple[str, ...] = ("mean", "median")

@@ -12,12 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capjudge.errors import SampleFailure
-from capjudge.images import ImageError, ImageLimits, LoadedImage, load_image
-from capjudge.imagesources import LOCAL_SOURCES, ImageSources
+from capjudge.core.errors import SampleFailure
+from capjudge.data.images import ImageError, ImageLimits, LoadedImage, load_image
+from capjudge.data.imagesources import LOCAL_SOURCES, ImageSources
+from capjudge.data.rowtext import surrogate_field
+from capjudge.data.types import Sample, image_label
 from capjudge.prompts.registry import Method
-from capjudge.rowtext import surrogate_field
-from capjudge.types import Sample, image_label
 
 
 class SampleError(SampleFailure, ValueError):

@@ -1,4 +1,4 @@
-"""Making a score record: every :class:`~capjudge.types.ScoreResult` a judge writes is made here.
+"""Making a score record: every :class:`~capjudge.data.types.ScoreResult` a judge writes is made here.
 
 An ``ok`` record without a finite score on the method's scale becomes an error record naming the
 cause (:mod:`capjudge.judges.invariants`); an error record says whether a re-run may cure it
@@ -11,11 +11,11 @@ from typing import Any
 
 from capjudge.backends.base import Backend, Completion
 from capjudge.backends.faults import failure_details
+from capjudge.data.types import ScoreResult, image_label
 from capjudge.judges.invariants import checked_score
 from capjudge.judges.prepare import Prepared, sample_id
 from capjudge.judges.reasoning import TRUNCATED
 from capjudge.prompts.registry import Method
-from capjudge.types import ScoreResult, image_label
 
 
 def backend_spec(backend: Backend) -> str:

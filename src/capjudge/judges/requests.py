@@ -12,10 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from capjudge.backends.base import GenerationConfig, Message, Request
-from capjudge.images import LoadedImage
+from capjudge.data.images import LoadedImage
+from capjudge.data.types import normalize_caption
 from capjudge.judges.prepare import Prepared
 from capjudge.prompts.registry import Method, get_template
-from capjudge.types import normalize_caption
 
 
 @dataclass(frozen=True)

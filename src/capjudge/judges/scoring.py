@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from capjudge.backends.base import Backend, Completion, Request
-from capjudge.images import LoadedImage
+from capjudge.data.images import LoadedImage
+from capjudge.data.types import Sample, ScoreResult, normalize_caption
 from capjudge.judges.detailed import PIPELINES
 from capjudge.judges.dispatch import Answer, BatchExecutor, Executor, drive, make_executor
 from capjudge.judges.expected import estimate_parser
@@ -32,7 +33,6 @@ from capjudge.judges.sampling import ask_estimate, wants_estimate
 from capjudge.judges.steps import Outcome, StepContext, run_steps
 from capjudge.parsing import parse_score_list
 from capjudge.prompts.registry import Method, TemplateError, get_template
-from capjudge.types import Sample, ScoreResult, normalize_caption
 
 Item = tuple[int, Any]  # (input index, sample as given)
 

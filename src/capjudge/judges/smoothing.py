@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 from capjudge.backends.base import DIGITS, TokenStep
-from capjudge.errors import SampleFailure
+from capjudge.core.errors import SampleFailure
 
 SCORE_PATTERN = re.compile(r"(?<![\d.])([01])\.(\d)(\d)?(\d*)")
 """A printed 0-1 score: units digit, first and second decimal, further decimals."""

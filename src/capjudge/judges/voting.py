@@ -7,7 +7,7 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
-from capjudge.types import Verdict
+from capjudge.data.types import Verdict
 
 VERDICTS: tuple[str, ...] = ("A", "B", "tie")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from capjudge.lazyexport import lazy_attributes
+from capjudge.core.lazyexport import lazy_attributes
 
 # Imported lazily: the statistics pull in numpy and scipy, which `capjudge --help` and the other
 # commands must not pay for (see tests/test_startup.py).

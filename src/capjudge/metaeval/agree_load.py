@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from capjudge.io import InputFormatError, read_jsonl
+from capjudge.data.io import InputFormatError, read_jsonl
 from capjudge.metaeval.datasets import image_name, normalize_caption, sample_key
 
 Kind = Literal["score", "pairwise"]

@@ -123,7 +123,7 @@ def fleur_records(paths: str | Path | list[str | Path], *, smoothed: bool = True
     ``smoothed=True`` uses FLEUR's smoothed score ("our score"); ``False`` the raw number the model
     wrote ("model score"). The other is kept as ``raw_score``/``details``.
     """
-    from capjudge.types import ScoreResult
+    from capjudge.data.types import ScoreResult
 
     if isinstance(paths, (str, Path)):
         paths = [paths]
@@ -166,7 +166,7 @@ def fleur_results_to_jsonl(paths: str | Path | list[str | Path], out: str | Path
     >>> fleur_results_to_jsonl("FLEUR/results/fleur_flickr8k_expert.txt", "fleur_f8k.jsonl")  # doctest: +SKIP
     5664
     """
-    from capjudge.io import write_results
+    from capjudge.data.io import write_results
 
     return write_results(out, fleur_records(paths, smoothed=smoothed))
 

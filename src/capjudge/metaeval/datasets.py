@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from capjudge.errors import UsageError
-from capjudge.io import read_jsonl
-from capjudge.types import Sample, normalize_caption
+from capjudge.core.errors import UsageError
+from capjudge.data.io import read_jsonl
+from capjudge.data.types import Sample, normalize_caption
 
 Kind = Literal["ratings", "pairs"]
 

@@ -116,7 +116,7 @@ def load_results(path: str | Path) -> LoadedResults:
 
     Raises ``FileNotFoundError`` when the file is missing; bad lines are counted, never fatal.
     """
-    from capjudge.io import BadRow, read_rows
+    from capjudge.data.io import BadRow, read_rows
 
     p = Path(path)
     if not p.is_file():

@@ -90,7 +90,7 @@ def plot_heatmap(ev: MetaEval, out: str | Path, *, bins: int = 10, title: str | 
     fig.colorbar(im, ax=ax, fraction=0.046, pad=0.04, label="share of row")
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    from capjudge.outguard import plot_save_options
+    from capjudge.run.outguard import plot_save_options
 
     fig.savefig(out, **plot_save_options(out))  # names capjudge, so a re-run may replace it
     return out

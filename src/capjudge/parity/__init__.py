@@ -6,7 +6,7 @@ Names are imported lazily, so that the CLI's ``parity`` subcommand registers wit
 
 from __future__ import annotations
 
-from capjudge.lazyexport import lazy_attributes
+from capjudge.core.lazyexport import lazy_attributes
 
 __all__ = ["ParityReport", "SampleDiff", "TokenDiff", "first_difference", "run_parity"]
 

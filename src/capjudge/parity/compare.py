@@ -17,10 +17,10 @@ from typing import Any
 
 from capjudge.backends.base import Backend
 from capjudge.backends.kinds import is_local
+from capjudge.core.redact import get_logger
+from capjudge.data.types import PairResult, Sample, ScoreResult
 from capjudge.metaeval.stats import kendall_tau_b, spearman
 from capjudge.parity.tokens import TokenDiff, first_difference
-from capjudge.redact import get_logger
-from capjudge.types import PairResult, Sample, ScoreResult
 
 log = get_logger("capjudge.parity")
 

@@ -25,11 +25,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from capjudge.core.redact import stable
+from capjudge.data.rowtext import FieldError, text_value
+from capjudge.data.types import ImageInput, Sample, image_label, normalize_caption
 from capjudge.probes.perturbations import DEFAULT_FLAW_KINDS, PerturbOptions, perturb, resolve_kinds
 from capjudge.probes.runner import whole_lists
-from capjudge.redact import stable
-from capjudge.rowtext import FieldError, text_value
-from capjudge.types import ImageInput, Sample, image_label, normalize_caption
 
 if TYPE_CHECKING:
     from capjudge.judges.judge import Judge

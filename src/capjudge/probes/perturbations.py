@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 from capjudge.probes import detailed
 from capjudge.probes.wordlists import (
     Lexicon,

@@ -188,7 +188,7 @@ def probe_plot(report: ProbeReport, path: str | Path) -> Path:
     fig.tight_layout()
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    from capjudge.outguard import plot_save_options
+    from capjudge.run.outguard import plot_save_options
 
     fig.savefig(p, dpi=110, **plot_save_options(p))  # names capjudge, so a re-run may replace it
     plt.close(fig)

@@ -23,13 +23,13 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal
 
+from capjudge.data.types import Sample, ScoreResult, image_label, normalize_caption
 from capjudge.judges.pairwise import Pair
 from capjudge.parsing import parse_score
 from capjudge.probes.perturbations import PERTURBATIONS, PerturbOptions, perturb, resolve_kinds
-from capjudge.types import Sample, ScoreResult, image_label, normalize_caption
 
 if TYPE_CHECKING:
-    from capjudge.io import ResultWriter
+    from capjudge.data.io import ResultWriter
     from capjudge.judges.judge import Judge
 
 Preference = Literal["original", "tie", "perturbed"]

@@ -26,7 +26,7 @@ import jinja2
 import jinja2.meta
 import jinja2.sandbox
 
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 from capjudge.prompts.capability import SOURCES as CAPABILITY_SOURCES
 from capjudge.prompts.dcscore import SOURCES as DCSCORE_SOURCES
 from capjudge.prompts.detailed import SOURCES as DETAILED_SOURCES

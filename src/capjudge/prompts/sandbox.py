@@ -30,7 +30,7 @@ import jinja2
 import jinja2.sandbox
 from jinja2 import nodes
 
-from capjudge.errors import SampleFailure, UsageError
+from capjudge.core.errors import SampleFailure, UsageError
 
 MAX_RANGE = 10_000
 """Most items one ``range()`` of a user template may have."""

@@ -15,7 +15,7 @@ Nothing heavy is imported until a report is built.
 
 from __future__ import annotations
 
-from capjudge.lazyexport import lazy_attributes
+from capjudge.core.lazyexport import lazy_attributes
 
 _LAZY = {
     "results_page": "capjudge.report.pages",

@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from capjudge.lazyexport import moved_names
+from capjudge.core.lazyexport import moved_names
 from capjudge.report.model import Figure
 
 

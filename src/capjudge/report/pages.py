@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from capjudge.lazyexport import moved_names
+from capjudge.core.lazyexport import moved_names
 from capjudge.report import figures
 from capjudge.report.model import Page, Section
 from capjudge.report.random_model import random_model_warnings

@@ -1,7 +1,7 @@
 """Results files (JSONL of ``capjudge score`` / ``compare`` / ``probe --out``) as report sections:
 a summary (method, backend, counts, mean score, smoothed vs raw) and a sample table.
 
-Reading is stricter than :func:`capjudge.io.read_results`: a file that does not exist, cannot be
+Reading is stricter than :func:`capjudge.data.io.read_results`: a file that does not exist, cannot be
 read, or holds no result record at all (an input file or a CSV given by mistake) is a
 :class:`ReportInputError` naming the file and the cause; a few unreadable lines in an otherwise
 good file are counted and quoted in the section's notes instead.
@@ -17,11 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from capjudge.errors import UsageError
-from capjudge.io import InputFormatError, iter_jsonl
+from capjudge.core.errors import UsageError
+from capjudge.data.io import InputFormatError, iter_jsonl
 from capjudge.report.model import Column, SampleTable, Section
 from capjudge.report.thumbs import ThumbCache
-from capjudge.summary import count_text
+from capjudge.run.summary import count_text
 
 DEFAULT_MAX_ROWS = 5000
 

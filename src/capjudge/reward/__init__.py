@@ -16,7 +16,7 @@ normalising, ``None`` for what cannot be judged, one log line per cause),
 
 from __future__ import annotations
 
-from capjudge.lazyexport import lazy_attributes
+from capjudge.core.lazyexport import lazy_attributes
 
 _LAZY = {
     "make_reward": "capjudge.reward.factory",
@@ -24,7 +24,7 @@ _LAZY = {
     "CaptionReward": "capjudge.reward.core",
     "AsyncCaptionReward": "capjudge.reward.core",
     "RewardJudge": "capjudge.reward.core",
-    "ImageSources": "capjudge.imagesources",
+    "ImageSources": "capjudge.data.imagesources",
 }
 
 __all__ = sorted(_LAZY)

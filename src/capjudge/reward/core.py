@@ -15,13 +15,13 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, runtime_checkable
 
-from capjudge.images import DEFAULT_LIMITS
-from capjudge.imagesources import LOCAL_SOURCES, ImageSources
-from capjudge.recordcheck import unit_score
-from capjudge.redact import get_logger, stable
+from capjudge.core.redact import get_logger, stable
+from capjudge.data.images import DEFAULT_LIMITS
+from capjudge.data.imagesources import LOCAL_SOURCES, ImageSources
+from capjudge.data.recordcheck import unit_score
+from capjudge.data.types import Sample, ScoreResult
 from capjudge.reward.batching import CallBatcher
 from capjudge.reward.inputs import CaptionFrom, Skip, build_samples
-from capjudge.types import Sample, ScoreResult
 
 log = get_logger("capjudge.reward")
 
@@ -67,7 +67,7 @@ class CaptionReward:
     ) -> None:
         self.judge = judge
         self.image_sources = image_sources
-        """Which image cells are read (:class:`~capjudge.imagesources.ImageSources`)."""
+        """Which image cells are read (:class:`~capjudge.data.imagesources.ImageSources`)."""
         self.normalize = bool(normalize)
         self.image_column = image_column
         self.references_column = references_column

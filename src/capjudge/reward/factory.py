@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from capjudge.imagesources import LOCAL_SOURCES, ImageSources
+from capjudge.data.imagesources import LOCAL_SOURCES, ImageSources
 from capjudge.reward.core import AsyncCaptionReward, CaptionReward, RewardJudge
 from capjudge.reward.inputs import CaptionFrom
 
@@ -124,7 +124,7 @@ def make_reward(
         ``$CAPJUDGE_TOKEN``); ``judge_options`` then go to :class:`capjudge.serve.RemoteJudge`
         (``images_root``, ``batch_size``, ...).
     image_sources:
-        Which image cells are read (:class:`capjudge.imagesources.ImageSources`). The default
+        Which image cells are read (:class:`capjudge.data.imagesources.ImageSources`). The default
         reads every path and URL a cell names, as a local run does: right for a training job's own
         dataset. A reward inside a service that takes other people's requests should pass
         ``ImageSources.shared()`` (inline images only: bytes, PIL images, ``data:`` URLs), widened

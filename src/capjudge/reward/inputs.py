@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from capjudge.images import DEFAULT_LIMITS, REQUEST_DEADLINE_FACTOR, ImageLimits, fetch_many
-from capjudge.imagesources import LOCAL_SOURCES, ImageSources
-from capjudge.types import Sample
+from capjudge.data.images import DEFAULT_LIMITS, REQUEST_DEADLINE_FACTOR, ImageLimits, fetch_many
+from capjudge.data.imagesources import LOCAL_SOURCES, ImageSources
+from capjudge.data.types import Sample
 
 IMAGE_COLUMNS = ("image", "images")
 """The columns an image is looked for in, in this order, when no ``image_column`` is given."""

@@ -18,7 +18,7 @@ the client needs only httpx. The subcommand is :mod:`capjudge.cli.serve`.
 
 from __future__ import annotations
 
-from capjudge.lazyexport import lazy_attributes
+from capjudge.core.lazyexport import lazy_attributes
 
 _LAZY = {
     "RemoteJudge": "capjudge.serve.client",

@@ -32,8 +32,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from capjudge.recordcheck import unit_score
-from capjudge.redact import register_secret, scrub
+from capjudge.core.redact import register_secret, scrub
+from capjudge.data.recordcheck import unit_score
 from capjudge.serve.batcher import Batcher, Closed, QueueFull
 from capjudge.serve.body import BodyError, Uploads, read_json
 from capjudge.serve.fetched import fetch_url_images

@@ -20,8 +20,8 @@ from typing import Any
 
 import httpx
 
-from capjudge.errors import BackendError
-from capjudge.redact import get_logger, scrub
+from capjudge.core.errors import BackendError
+from capjudge.core.redact import get_logger, scrub
 
 log = get_logger("capjudge.serve")
 

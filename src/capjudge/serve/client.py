@@ -27,16 +27,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capjudge.errors import UsageError
-from capjudge.images import DEFAULT_LIMITS, ImageLimits
-from capjudge.recordcheck import unit_score
-from capjudge.redact import register_secret, scrub
+from capjudge.core.errors import UsageError
+from capjudge.core.redact import register_secret, scrub
+from capjudge.data.images import DEFAULT_LIMITS, ImageLimits
+from capjudge.data.recordcheck import unit_score
+from capjudge.data.types import PairResult, Sample, ScoreResult, image_label
 from capjudge.serve.calls import DEFAULT_MAX_RESPONSE_BYTES, DEFAULT_WAIT, Caller, RemoteError
 from capjudge.serve.received import Expected, check_records, keeps_outside_scale
 from capjudge.serve.rows import row_problem
 from capjudge.serve.server import TOKEN_VARIABLE, check_token
 from capjudge.serve.wire import fetch_url_fields, is_url, row_to_wire
-from capjudge.types import PairResult, Sample, ScoreResult, image_label
 
 
 @dataclass(frozen=True)

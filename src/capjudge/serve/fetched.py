@@ -1,10 +1,10 @@
 """Image URLs fetched at the door: before a request joins the judge's queue.
 
 A server that allows URL images (``capjudge serve --allow-url-images``) downloads those of a
-request here, concurrently (at most :data:`~capjudge.images.FETCH_WORKERS` of one request at once,
+request here, concurrently (at most :data:`~capjudge.data.images.FETCH_WORKERS` of one request at once,
 :data:`POOL_WORKERS` of all requests), each within ``--image-timeout`` and all of a request's
-within :data:`~capjudge.images.REQUEST_DEADLINE_FACTOR` (2) times it, under the server's
-:class:`~capjudge.imagesources.ImageSources` (addresses checked, neutral errors). Each URL becomes
+within :data:`~capjudge.data.images.REQUEST_DEADLINE_FACTOR` (2) times it, under the server's
+:class:`~capjudge.data.imagesources.ImageSources` (addresses checked, neutral errors). Each URL becomes
 an :class:`~capjudge.serve.wire.InlineImage` of its bytes or its error, named by the URL: the
 judge's worker never waits on a download, so a slow host delays only the request that named it.
 """
@@ -16,7 +16,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from capjudge.images import (
+from capjudge.data.images import (
     DEFAULT_LIMITS,
     FETCH_WORKERS,
     REQUEST_DEADLINE_FACTOR,
@@ -25,7 +25,7 @@ from capjudge.images import (
     download,
     fetch_outcome,
 )
-from capjudge.imagesources import ImageSources
+from capjudge.data.imagesources import ImageSources
 from capjudge.serve.wire import InlineImage
 
 POOL_WORKERS = 32

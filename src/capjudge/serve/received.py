@@ -3,9 +3,9 @@
 A client trusts no server. The answer to a request of N rows must be a list of N records, each an
 object naming its own row's ``id``, with a status of ``ok`` or ``error`` and the served judge's
 method, template and backend (those a re-run checks); an ``ok`` score record has a finite score on
-the method's scale (a rounding overshoot clipped, as :func:`capjudge.recordcheck.checked_score`
+the method's scale (a rounding overshoot clipped, as :func:`capjudge.data.recordcheck.checked_score`
 clips it where records are made; methods that read the first integer keep numbers outside the
-scale), an ``ok`` pair record a verdict (:func:`capjudge.recordcheck.pair_problem`). A record that
+scale), an ``ok`` pair record a verdict (:func:`capjudge.data.recordcheck.pair_problem`). A record that
 breaks this is not the server's result for its row: :func:`check_records` says why, and the client
 makes that row's error record.
 """
@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from capjudge.data.recordcheck import checked_score, pair_problem
 from capjudge.prompts.registry import UnknownMethodError, get_method
-from capjudge.recordcheck import checked_score, pair_problem
 
 
 @dataclass(frozen=True)

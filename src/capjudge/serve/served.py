@@ -8,13 +8,13 @@ import dataclasses
 from typing import Any
 
 from capjudge._version import __version__
-from capjudge.images import ImageError, LoadedImage, load_image
-from capjudge.imagesources import ImageSources
+from capjudge.data.images import ImageError, LoadedImage, load_image
+from capjudge.data.imagesources import ImageSources
+from capjudge.data.types import image_label
 from capjudge.judges.judge import Judge
 from capjudge.judges.pairwise import run_fields
 from capjudge.judges.prepare import load_sample_image
 from capjudge.serve.wire import InlineImage
-from capjudge.types import image_label
 
 
 class ServedJudge(Judge):

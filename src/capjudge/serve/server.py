@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from capjudge.errors import UsageError
-from capjudge.redact import register_secret
+from capjudge.core.errors import UsageError
+from capjudge.core.redact import register_secret
 
 TOKEN_VARIABLE = "CAPJUDGE_TOKEN"
 """The environment variable a server and its clients read the token from."""
@@ -61,7 +61,7 @@ def check_token(token: str | None, where: str) -> str | None:
 
 def token_from(given: str | None) -> str | None:
     """The server's token: ``given``, else ``$CAPJUDGE_TOKEN``, else none (registered with
-    :mod:`capjudge.redact`). An empty one is a usage error (it would let anybody in), and so is
+    :mod:`capjudge.core.redact`). An empty one is a usage error (it would let anybody in), and so is
     one :func:`check_token` refuses."""
     token = given if given is not None else os.environ.get(TOKEN_VARIABLE)
     register_secret(token)

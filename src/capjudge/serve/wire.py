@@ -6,7 +6,7 @@ image itself (a path, an ``http(s)`` URL it fetched, encoded bytes, a PIL image)
 ``image_b64`` (base64; ``image`` is then only the image's name, as records show it) or the reason it
 could not be read in ``image_error`` (the record then says what a local run says). Without either,
 ``image`` is a ``data:`` URL, or an ``http(s)`` URL or a path that the server reads only as its
-:class:`~capjudge.imagesources.ImageSources` allows (``--allow-url-images``, ``--images``).
+:class:`~capjudge.data.imagesources.ImageSources` allows (``--allow-url-images``, ``--images``).
 
 On the server, such an image becomes an :class:`InlineImage` carrying the bytes or the error (a
 ``data:`` URL too, under the same size cap as ``image_b64``); the records name it by the client's
@@ -22,9 +22,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from capjudge.images import REQUEST_DEADLINE_FACTOR, ImageError, ImageLimits, fetch_many, load_image
-from capjudge.imagesources import LOCAL_SOURCES
-from capjudge.types import image_label
+from capjudge.data.images import (
+    REQUEST_DEADLINE_FACTOR,
+    ImageError,
+    ImageLimits,
+    fetch_many,
+    load_image,
+)
+from capjudge.data.imagesources import LOCAL_SOURCES
+from capjudge.data.types import image_label
 
 MAX_ERROR_CHARS = 2000
 """An ``image_error`` sent by a client is cut to this length."""
@@ -98,7 +104,7 @@ def _inline_fields(name: str, image: Any, *, root: str | Path | None, limits: Im
 def fetch_url_fields(urls: list[str], limits: ImageLimits, read: dict[str, dict[str, str]]) -> None:
     """The ``http(s)`` image URLs of one request fetched here, together (the local policy: a
     client is its user's own run; ``limits``' size cap and timeout, all of them within
-    :data:`~capjudge.images.REQUEST_DEADLINE_FACTOR` times it), each put into ``read`` as the
+    :data:`~capjudge.data.images.REQUEST_DEADLINE_FACTOR` times it), each put into ``read`` as the
     wire fields :func:`row_to_wire` sends: its bytes inline under the URL's name, or its error."""
     todo = [u for u in dict.fromkeys(urls) if u not in read]
     got = fetch_many(todo, limits, LOCAL_SOURCES, deadline=REQUEST_DEADLINE_FACTOR * limits.download_timeout)
@@ -110,7 +116,7 @@ def row_to_wire(
     row: Mapping[str, Any], index: int, *, images_root: str | Path | None, limits: ImageLimits, confine: bool, send_images: bool = True,
     read: dict[str, dict[str, str]] | None = None,
 ) -> dict[str, Any]:
-    """The wire form of an input row (a dict as :func:`capjudge.inputcheck.load_items` reads
+    """The wire form of an input row (a dict as :func:`capjudge.run.inputcheck.load_items` reads
     it). ``index`` becomes the ``id`` of a row without one (what a local run's record says). With
     ``send_images``, a local image is read here (``images_root``, ``confine`` as a local run
     reads it) and an ``http(s)`` URL fetched here (:func:`fetch_url_fields`), and sent as

@@ -18,7 +18,7 @@ corrected by human labels). numpy and scipy otherwise; nothing is imported until
 
 from __future__ import annotations
 
-from capjudge.lazyexport import lazy_attributes
+from capjudge.core.lazyexport import lazy_attributes
 
 _LAZY = {
     "IsotonicMap": "capjudge.trust.calibration",

@@ -82,8 +82,8 @@ class RecordCalibration:
         return {"file": self.name, "digest": self.digest, "method": self.map.method, "fitted_on": dict(self.map.fitted_on)}
 
     def annotate(self, record: Any) -> Any:
-        """Add ``details.calibration`` to an ok record (a :class:`~capjudge.types.ScoreResult` or
-        :class:`~capjudge.types.PairResult`) and return it; failed records are left alone."""
+        """Add ``details.calibration`` to an ok record (a :class:`~capjudge.data.types.ScoreResult` or
+        :class:`~capjudge.data.types.PairResult`) and return it; failed records are left alone."""
         if getattr(record, "status", "ok") != "ok":
             return record
         details = record.details if isinstance(record.details, dict) else {}

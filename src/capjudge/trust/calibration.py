@@ -155,7 +155,7 @@ class IsotonicMap:
 
     def save(self, path: str | Path) -> None:
         """Write the calibration file (JSON, atomically)."""
-        from capjudge.io import write_atomically
+        from capjudge.data.io import write_atomically
 
         text = json.dumps(self.to_dict(), indent=1) + "\n"
 

@@ -220,7 +220,7 @@ class CascadePlan:
 
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON (atomically)."""
-        from capjudge.io import write_atomically
+        from capjudge.data.io import write_atomically
 
         text = json.dumps(self.to_dict(), indent=1) + "\n"
 

@@ -5,7 +5,7 @@ Human labels: JSONL, one object per line with ``id`` and ``human``: a number (a 
 ``"B"`` / ``"tie"`` (a pair verdict), or a list of them (one per annotator): the mean of the scores,
 the most common verdict (a shared top is ``"tie"``).
 
-Results: capjudge's results JSONL (score records and pair records, :mod:`capjudge.types`), keyed by
+Results: capjudge's results JSONL (score records and pair records, :mod:`capjudge.data.types`), keyed by
 ``id``; records with ``status: "error"`` are counted as failed and left out. The confidence of a
 pair record, and the rule it came from (``confidence_rule``):
 
@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from capjudge.io import InputFormatError, read_jsonl
+from capjudge.data.io import InputFormatError, read_jsonl
 
 VERDICTS = ("A", "B", "tie")
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from capjudge.io import read_jsonl
+from capjudge.data.io import read_jsonl
 from capjudge.trust.inputs import VERDICTS, TrustInputError, majority, read_human, read_results
 from capjudge.trust.ppi import MeanEstimate, estimate_all
 from capjudge.trust.ppi_bt import OUTCOME, bradley_terry

@@ -64,8 +64,8 @@ from capjudge.backends.registry import BackendSpec
 from capjudge.backends.thinking import OPTIONS as THINKING_OPTIONS
 from capjudge.backends.thinking import Thinking
 from capjudge.backends.thinking import parse as parse_thinking
-from capjudge.images import pad_to_square
-from capjudge.redact import get_logger
+from capjudge.core.redact import get_logger
+from capjudge.data.images import pad_to_square
 
 log = get_logger(__name__)
 

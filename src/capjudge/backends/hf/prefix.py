@@ -62,7 +62,7 @@ from capjudge.backends.hf.prefix_host import (
     PrefixStats,
     supports_prefix_reuse,
 )
-from capjudge.redact import get_logger
+from capjudge.core.redact import get_logger
 
 __all__ = ["ADAPTERS", "PREFIX_REUSE_MODEL_TYPES", "PrefixHost", "PrefixOutcome", "PrefixReuser", "PrefixStats", "PrefixSupport", "prefix_reuse_support", "supports_prefix_reuse"]
 

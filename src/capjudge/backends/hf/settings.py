@@ -17,7 +17,7 @@ from capjudge.backends.presets import (
     read_config,
     resolve,
 )
-from capjudge.redact import get_logger
+from capjudge.core.redact import get_logger
 
 log = get_logger(__name__)
 

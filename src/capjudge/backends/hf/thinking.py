@@ -11,7 +11,7 @@ from typing import Any
 
 from capjudge.backends.presets import GENERIC, get_preset
 from capjudge.backends.thinking import Plan, Thinking, plan
-from capjudge.redact import get_logger
+from capjudge.core.redact import get_logger
 
 log = get_logger(__name__)
 

@@ -73,7 +73,7 @@ from capjudge.backends.options import OptionError, as_bool, as_int, check_known
 from capjudge.backends.thinking import OPTIONS as THINKING_OPTIONS
 from capjudge.backends.thinking import Plan, Thinking, plan
 from capjudge.backends.thinking import parse as parse_thinking
-from capjudge.redact import get_logger
+from capjudge.core.redact import get_logger
 
 log = get_logger(__name__)
 

@@ -16,8 +16,8 @@ from typing import Any
 
 from capjudge.backends.base import BackendError, Message, Request
 from capjudge.backends.llamacpp.specials import ControlText
-from capjudge.images import LoadedImage
-from capjudge.redact import get_logger
+from capjudge.core.redact import get_logger
+from capjudge.data.images import LoadedImage
 
 log = get_logger(__name__)
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from capjudge.backends.openai.backend import DETAILS, KINDS, OpenAIBackend
 from capjudge.backends.openai.options import check_options, from_spec
-from capjudge.lazyexport import moved_names
+from capjudge.core.lazyexport import moved_names
 
 __all__ = [
     "DETAILS",

@@ -84,9 +84,9 @@ from capjudge.backends.openai.transport import (
 )
 from capjudge.backends.openai.wire import ChatWire, merge_extra, refused_field, thinking_request
 from capjudge.backends.options import OptionError, as_json_object
-from capjudge.lazyexport import moved_names
-from capjudge.redact import get_logger, register_secret, scrub
-from capjudge.usage import PriceSource, PriceTable, UsageTracker
+from capjudge.backends.usage import PriceSource, PriceTable, UsageTracker
+from capjudge.core.lazyexport import moved_names
+from capjudge.core.redact import get_logger, register_secret, scrub
 
 log = get_logger("capjudge.backends.openai")
 
@@ -137,8 +137,8 @@ class OpenAIBackend(Backend):
       sent no ``temperature``, ``top_p``, penalties or log-probabilities (they refuse them); an
       answer left empty because the reasoning spent the budget fails with
       :class:`~.wire.ReasoningBudgetExceeded`.
-    - ``prices`` (dict, JSON file or :class:`~capjudge.usage.PriceTable`), ``max_cost`` (USD budget),
-      ``usage`` (a shared :class:`~capjudge.usage.UsageTracker`).
+    - ``prices`` (dict, JSON file or :class:`~capjudge.backends.usage.PriceTable`), ``max_cost`` (USD budget),
+      ``usage`` (a shared :class:`~capjudge.backends.usage.UsageTracker`).
     """
 
     def __init__(

@@ -35,10 +35,10 @@ from typing import Any
 
 from capjudge.backends.base import BackendError
 from capjudge.backends.credentials import mask_argv, safe_options
-from capjudge.errors import CapjudgeError
-from capjudge.io import read_jsonl as jsonl_lines
-from capjudge.io import write_atomically
-from capjudge.redact import get_logger, scrub, scrub_data
+from capjudge.core.errors import CapjudgeError
+from capjudge.core.redact import get_logger, scrub, scrub_data
+from capjudge.data.io import read_jsonl as jsonl_lines
+from capjudge.data.io import write_atomically
 
 log = get_logger("capjudge.backends.openai.batch")
 

@@ -11,10 +11,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from capjudge.errors import UsageError
+from capjudge.core.errors import UsageError
 
 SUBMITTED_MESSAGE = "submitted; run the same command again to collect"
-"""What a run that left batches in progress says (its exit code is :data:`capjudge.errors.EXIT_PENDING`)."""
+"""What a run that left batches in progress says (its exit code is :data:`capjudge.core.errors.EXIT_PENDING`)."""
 
 
 @contextlib.contextmanager

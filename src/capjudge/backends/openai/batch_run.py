@@ -49,7 +49,7 @@ from capjudge.backends.openai.batch_store import PlanningBackend, ReplayBackend,
 from capjudge.backends.openai.caps import AZURE_MAX_TOP_LOGPROBS
 from capjudge.backends.openai.retry import RETRY_STATUS, describe
 from capjudge.backends.openai.wire import refused_field
-from capjudge.redact import get_logger, scrub
+from capjudge.core.redact import get_logger, scrub
 
 log = get_logger("capjudge.backends.openai.batch_run")
 

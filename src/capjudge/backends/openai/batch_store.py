@@ -36,7 +36,7 @@ from capjudge.backends.base import (
 from capjudge.backends.cache import CachedBackend, cacheable
 from capjudge.backends.openai.batch import JobWriter, LineTooLarge
 from capjudge.backends.openai.retry import APIRequestError
-from capjudge.redact import scrub, scrub_data
+from capjudge.core.redact import scrub, scrub_data
 
 
 class Deferred(BackendError):

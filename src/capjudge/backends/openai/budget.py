@@ -1,5 +1,5 @@
 """The cost side of an API backend's requests: a worst-case estimate booked before a request is
-sent (refused by the :class:`~capjudge.usage.UsageTracker` when it could take the run past
+sent (refused by the :class:`~capjudge.backends.usage.UsageTracker` when it could take the run past
 ``max_cost``), and the reported usage settled once the answer is in."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import math
 
 from capjudge.backends.base import Completion, Request
 from capjudge.backends.openai.caps import ModelCaps
-from capjudge.usage import PriceTable, UsageTracker, estimate_text_tokens, image_tokens
+from capjudge.backends.usage import PriceTable, UsageTracker, estimate_text_tokens, image_tokens
 
 
 class RequestBudget:
@@ -50,7 +50,7 @@ class RequestBudget:
 
     def book(self, request: Request, label: str) -> tuple[int, float]:
         """The request's prompt estimate and the cost booked for it (0 without a budget); raises
-        :class:`~capjudge.usage.BudgetExceeded` when the budget cannot take it."""
+        :class:`~capjudge.backends.usage.BudgetExceeded` when the budget cannot take it."""
         estimate = self.estimate_prompt_tokens(request)
         booked = self.usage.reserve(self.estimate_cost(estimate, request), what=label) if self.usage.max_cost is not None else 0.0
         return estimate, booked

@@ -18,7 +18,7 @@ from capjudge.backends.credentials import UrlAuth
 from capjudge.backends.openai.errorbody import sdk_http_client
 from capjudge.backends.openai.transport import DEFAULT_MAX_RESPONSE_BYTES
 from capjudge.backends.options import OptionError
-from capjudge.redact import get_logger
+from capjudge.core.redact import get_logger
 
 log = get_logger("capjudge.backends.openai")
 

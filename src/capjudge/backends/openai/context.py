@@ -25,7 +25,7 @@ from __future__ import annotations
 import re
 
 from capjudge.backends.base import ContextLengthError
-from capjudge.redact import scrub
+from capjudge.core.redact import scrub
 
 _LIMIT = (
     re.compile(r"maximum context length is (\d+) tokens", re.I),

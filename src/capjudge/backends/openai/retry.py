@@ -22,8 +22,8 @@ from typing import Any, TypeVar
 from capjudge.backends.base import BackendError
 from capjudge.backends.openai.context import context_error
 from capjudge.backends.openai.errorbody import cut_note
-from capjudge.errors import CapjudgeError
-from capjudge.redact import scrub
+from capjudge.core.errors import CapjudgeError
+from capjudge.core.redact import scrub
 
 RETRY_STATUS = frozenset({408, 409, 429})
 

@@ -27,7 +27,7 @@ from capjudge.backends.openai.retry import (
     wait_seconds,
     within_deadline,
 )
-from capjudge.redact import get_logger
+from capjudge.core.redact import get_logger
 
 log = get_logger("capjudge.backends.openai")
 

@@ -20,7 +20,7 @@ from capjudge.backends.options import OptionError
 from capjudge.backends.thinking import SWITCH, Thinking
 from capjudge.backends.thinking import parse as parse_thinking
 from capjudge.backends.thinking import plan as thinking_plan
-from capjudge.usage import usage_from_report
+from capjudge.backends.usage import usage_from_report
 
 Refusal = Literal["penalties", "top_logprobs", "logprobs"]
 

@@ -24,7 +24,7 @@ from capjudge.backends.base import Backend, Completion, PromptTokens, Request
 from capjudge.backends.openai.backend import OpenAIBackend
 from capjudge.backends.vllm.options import VLLMSettings
 from capjudge.backends.vllm.process import ServerProcess, free_port
-from capjudge.images import LoadedImage, pad_to_square
+from capjudge.data.images import LoadedImage, pad_to_square
 
 SQUARED_MEMO = 64
 """Padded images kept (by content hash): the captions of one image send the same bytes, encoded once."""

@@ -25,8 +25,8 @@ from capjudge.backends.options import (
 )
 from capjudge.backends.presets import JudgePreset, get_preset, preset_for_config, read_config
 from capjudge.backends.registry import BackendSpec
+from capjudge.core.redact import get_logger
 from capjudge.prompts.server import SERVER_CHAT_TEMPLATES, server_chat_template_path
-from capjudge.redact import get_logger
 
 log = get_logger("capjudge.backends.vllm")
 

@@ -23,8 +23,8 @@ import weakref
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from capjudge.errors import BackendError
-from capjudge.redact import get_logger
+from capjudge.core.errors import BackendError
+from capjudge.core.redact import get_logger
 
 log = get_logger("capjudge.backends.vllm")
 
