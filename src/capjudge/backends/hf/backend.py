@@ -57,6 +57,7 @@ from capjudge.backends.hf.prompt_text import defuse, fold_system, render_plain
 from capjudge.backends.hf.refill import Refiller
 from capjudge.backends.hf.settings import check_system_policy, resolve_settings, usable_device
 from capjudge.backends.hf.specials import GuardedTokenizer, SpecialText, guarded_processor
+from capjudge.backends.hf.stops import without_stop_rule
 from capjudge.backends.hf.thinking import hf_plan, loaded_template, template_text
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import OptionError, as_bool, as_int, check_known
@@ -66,6 +67,7 @@ from capjudge.backends.thinking import OPTIONS as THINKING_OPTIONS
 from capjudge.backends.thinking import Thinking
 from capjudge.backends.thinking import parse as parse_thinking
 from capjudge.images import pad_to_square
+from capjudge.parsing.stopping import stop_index
 from capjudge.redact import get_logger
 
 log = get_logger(__name__)
@@ -332,7 +334,7 @@ class HFBackend(Backend):
         A thinking model's budget is added to ``max_new_tokens`` and its answers say whether the
         prompt opened the reasoning (:mod:`capjudge.backends.thinking`)."""
         asked = requests
-        requests = self._thinking.budgeted(requests)
+        requests = [without_stop_rule(r) for r in self._thinking.budgeted(requests)] if self._thinking.extra_tokens else list(requests)
         results: list[Completion | BaseException | None] = [None] * len(requests)
         notes: dict[int, str] = {}
         refill_notes: dict[int, str] = {}
@@ -358,10 +360,9 @@ class HFBackend(Backend):
             for start in range(0, len(idx), self.batch_size):
                 chunk = idx[start : start + self.batch_size]
                 for i, out in zip(chunk, self._generate_safely([requests[i] for i in chunk])):
-                    if isinstance(out, Completion) and i in notes:
-                        out.meta["prefix_reuse"] = notes[i]  # why this answer was decoded on its own
-                    if isinstance(out, Completion) and i in refill_notes:
-                        out.meta["refill"] = refill_notes[i]
+                    for name, why in (("prefix_reuse", notes), ("refill", refill_notes)):  # why decoded on its own
+                        if isinstance(out, Completion) and i in why:
+                            out.meta[name] = why[i]
                     results[i] = out
         for r, answer in zip(asked, results):
             self._thinking.annotate(answer, self.format_prompt, r.messages)
@@ -431,6 +432,9 @@ class HFBackend(Backend):
             if tid in self.eos_ids:
                 n, finish = t, "stop"
                 break
+        cut = stop_index(cfg.stop_rule, gen_ids[:n], lambda ids: str(self.tokenizer.decode(list(ids), skip_special_tokens=True)))
+        if cut is not None:
+            n, finish = cut + 1, "stop"
         kept = gen_ids[:n]
         text = self.tokenizer.decode(kept, skip_special_tokens=True).strip()
         steps: list[TokenStep] = []

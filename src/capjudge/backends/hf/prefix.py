@@ -62,6 +62,7 @@ from capjudge.backends.hf.prefix_host import (
     PrefixStats,
     supports_prefix_reuse,
 )
+from capjudge.backends.hf.stops import rule_reached
 from capjudge.redact import get_logger
 
 __all__ = ["ADAPTERS", "PREFIX_REUSE_MODEL_TYPES", "PrefixHost", "PrefixOutcome", "PrefixReuser", "PrefixStats", "PrefixSupport", "generation_config_change", "prefix_reuse_support", "supports_prefix_reuse"]
@@ -551,5 +552,5 @@ class PrefixReuser:
         row.gen.append(token)
         if row.request.config.top_logprobs > 0:
             row.logits.append(logits.clone())
-        if token in self.host.eos_ids or len(row.gen) >= row.request.config.max_new_tokens:
+        if token in self.host.eos_ids or len(row.gen) >= row.request.config.max_new_tokens or rule_reached(row.request, row.gen, self.host.tokenizer):
             row.done = True

@@ -35,6 +35,7 @@ from capjudge.backends.base import Completion, ContextLengthError, Request
 from capjudge.backends.hf.adapters import adapter_for, attention_layout
 from capjudge.backends.hf.prefix import generation_config_change
 from capjudge.backends.hf.prefix_host import PrefixHost
+from capjudge.backends.hf.stops import rule_reached
 from capjudge.redact import get_logger
 
 log = get_logger(__name__)
@@ -260,7 +261,7 @@ class Refiller:
         slot.gen.append(token)
         if slot.request.config.top_logprobs > 0:
             slot.logits.append(logits.clone())
-        if token in self.host.eos_ids or len(slot.gen) >= slot.request.config.max_new_tokens:
+        if token in self.host.eos_ids or len(slot.gen) >= slot.request.config.max_new_tokens or rule_reached(slot.request, slot.gen, self.host.tokenizer):
             slot.done = True
 
     def _finish(self, slot: _Slot, out: RefillOutcome) -> None:
