@@ -61,6 +61,7 @@ def _slot_layer_class() -> Any:
             self.buf_k: Any = None
             self.buf_v: Any = None
             self.rows = 0  # busy slots (rows 0..rows-1) in the next forward
+            self.row_index: Any = None  # arange(rows), made once per step
             self.columns: Any = None  # (rows,) long: the column each row's new key goes to
             self.width = 0  # columns handed to attention
 
@@ -99,11 +100,8 @@ def _slot_layer_class() -> Any:
             ``width`` columns (the mask hides those a row does not own)."""
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
-            import torch
-
-            rows = torch.arange(self.rows, device=key_states.device)
-            self.buf_k[rows, :, self.columns] = key_states[:, :, 0]
-            self.buf_v[rows, :, self.columns] = value_states[:, :, 0]
+            self.buf_k[self.row_index, :, self.columns] = key_states[:, :, 0]
+            self.buf_v[self.row_index, :, self.columns] = value_states[:, :, 0]
             self.keys = self.buf_k[: self.rows, :, : self.width]
             self.values = self.buf_v[: self.rows, :, : self.width]
             return self.keys, self.values
@@ -137,8 +135,11 @@ class SlotCache:
 
     def step(self, rows: int, columns: Any, width: int) -> Any:
         """The cache for a forward of ``rows`` busy slots writing at ``columns``."""
+        import torch
+
+        index = torch.arange(rows, device=columns.device)
         for layer in self.layers:
-            layer.rows, layer.columns, layer.width = rows, columns, width
+            layer.rows, layer.columns, layer.width, layer.row_index = rows, columns, width, index
         return self.cache
 
 
@@ -255,9 +256,10 @@ class Refiller:
     def _float(self, logits: Any) -> Any:
         return logits.to(self._torch.promote_types(logits.dtype, self._torch.float32))
 
-    def _push(self, slot: _Slot, logits: Any) -> None:
-        """Append the greedy token of ``logits`` (one step) and decide whether the slot is done."""
-        token = int(logits.argmax())
+    def _push(self, slot: _Slot, logits: Any, token: int | None = None) -> None:
+        """Append the greedy token of ``logits`` (one step; ``token``: its argmax when already
+        known) and decide whether the slot is done."""
+        token = int(logits.argmax()) if token is None else token
         slot.gen.append(token)
         if slot.request.config.top_logprobs > 0:
             slot.logits.append(logits.clone())
@@ -324,9 +326,9 @@ class Refiller:
             ).logits
             self.forwards += 1
             logits = self._float(logits[:, -1])
-            for k, s in enumerate(busy):
+            for k, (s, token) in enumerate(zip(busy, logits.argmax(-1).tolist())):
                 s.length += 1
-                self._push(s, logits[k])
+                self._push(s, logits[k], token)
             at = 0
             while at < len(busy):
                 s = busy[at]
