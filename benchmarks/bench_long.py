@@ -9,7 +9,7 @@ per-step top log-probabilities a judge reads (``top_logprobs=5``). Four ways to 
 (a) capjudge:    ``HFBackend(batch_size=S).generate(requests)``: S slots, each refilled from the
     queue as soon as its answer ends (``capjudge/backends/hf/refill.py``);
 (b) one by one:  the same backend with ``refill=false``, one request per call (on every
-    ``--alone-every``-th request, 4 by default: the same spread of lengths at a quarter of the time);
+    ``--alone-every``-th request, 8 by default: the same spread of lengths at an eighth of the time);
 (c) padded:      ``model.generate`` on batches of S requests (left-padded, ``output_logits``),
     each batch decoding until its longest answer (the rows that ended idle meanwhile);
 (d) floor:       the same number of tokens with every slot busy: N requests of one length (the
@@ -20,7 +20,7 @@ Useful tokens per second (the planted lengths' sum over the seconds) for each, t
 ``speedup_vs_padded`` (c's seconds over a's) and ``ratio_to_floor`` (a's seconds over d's).
 Medians of ``--reps`` rounds, each timing every variant once in turn, after one warm-up call.
 
-    python benchmarks/bench_long.py                # ~1-2 min on 2 cores
+    python benchmarks/bench_long.py                # ~3-4 min on 2 shared cores
     python benchmarks/bench_long.py --json         # last line: one JSON object
 """
 
@@ -96,8 +96,8 @@ def timed(fn: Callable[[], Any]) -> float:
 def main(argv: list[str] | None = None) -> int:
     """Run the benchmark and print the table (and, with ``--json``, one JSON line last)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--n", type=int, default=32, help="requests (default 32)")
-    ap.add_argument("--alone-every", type=int, default=4, help="(b) on every k-th request (default 4)")
+    ap.add_argument("--n", type=int, default=64, help="requests (default 64)")
+    ap.add_argument("--alone-every", type=int, default=8, help="(b) on every k-th request (default 8)")
     ap.add_argument("--slots", type=int, default=8, help="batch size / slots (default 8)")
     ap.add_argument("--min-len", type=int, default=128, help="shortest planted answer (default 128)")
     ap.add_argument("--max-len", type=int, default=1280, help="longest planted answer (default 1280)")
