@@ -109,3 +109,27 @@ def test_a_prompt_too_long_is_its_own_error_and_the_others_are_answered(endless_
         assert [len(out[i].steps) for i in (0, 2)] == [140, 134]
     finally:
         be.close()
+
+
+@pytest.mark.parametrize("arch", ["llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "idefics3", "internvl", "mistral3", "gemma3", "paligemma"])
+def test_every_architecture_refills_exactly_or_falls_back(tiny_vlm: Any, example_images: list[Path], arch: str) -> None:
+    """Each tiny architecture: the refill path's answers equal one plain forward in float64, or
+    (sliding windows, prefix-LM attention) the answers say why they were decoded otherwise."""
+    be = HFBackend(str(tiny_vlm(arch)), dtype="float64", batch_size=2)
+    try:
+        reqs = _requests(example_images, [130, 128, 140])
+        out = be.generate(reqs)
+        assert be._refill is not None
+        if be._refill.unsupported:
+            assert all(c.meta["refill"].startswith("fallback: ") for c in out)
+            return
+        for req, c in zip(reqs, out):
+            assert c.meta["refill"] == "used"
+            gen = be.tokenizer.convert_tokens_to_ids([s.token for s in c.steps])
+            logp = _plain_logprobs(be, req, gen)
+            assert logp[: len(gen)].argmax(-1).tolist() == gen
+            if c.finish_reason == "stop":
+                assert int(logp[len(gen)].argmax()) in be.eos_ids
+            assert [s.logprob for s in c.steps] == pytest.approx([float(logp[t, g]) for t, g in enumerate(gen)], abs=TOL)
+    finally:
+        be.close()

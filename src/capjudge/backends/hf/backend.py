@@ -360,12 +360,13 @@ class HFBackend(Backend):
             for start in range(0, len(idx), self.batch_size):
                 chunk = idx[start : start + self.batch_size]
                 for i, out in zip(chunk, self._generate_safely([requests[i] for i in chunk])):
-                    for name, why in (("prefix_reuse", notes), ("refill", refill_notes)):  # why decoded on its own
-                        if isinstance(out, Completion) and i in why:
-                            out.meta[name] = why[i]
+                    if isinstance(out, Completion) and i in notes:
+                        out.meta["prefix_reuse"] = notes[i]  # why this answer was decoded on its own
                     results[i] = out
-        for r, answer in zip(asked, results):
+        for i, (r, answer) in enumerate(zip(asked, results)):
             self._thinking.annotate(answer, self.format_prompt, r.messages)
+            if isinstance(answer, Completion) and i in refill_notes:
+                answer.meta["refill"] = refill_notes[i]  # why a long answer was decoded otherwise
         return [r if r is not None else BackendError("not answered") for r in results]
 
     def _generate_safely(self, reqs: Sequence[Request]) -> list[Completion | BaseException]:
