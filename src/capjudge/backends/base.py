@@ -103,6 +103,10 @@ class GenerationConfig:
     seed: int | None = None
     stop: tuple[str, ...] = ()
     n: int = 1
+    stop_rule: str = ""
+    """A named rule of :mod:`capjudge.parsing.stopping` (``"score"``: stop once the answer's
+    decimal score is complete) that ends the answer where the method has read all it needs; ""
+    (the default): none. Backends that decode token by token (``hf``) apply it."""
 
     @property
     def deterministic(self) -> bool:
@@ -130,9 +134,18 @@ class Request:
                 {"role": m.role, "content": m.content, "images": [i.sha256 for i in m.images], **m.layout()}
                 for m in self.messages
             ],
-            "config": asdict(self.config),
+            "config": _config_fields(self.config),
             "sample_index": self.sample_index,
         }
+
+
+def _config_fields(config: GenerationConfig) -> dict[str, Any]:
+    """The config as a dict; an unset stop rule is left out, so fingerprints (cache keys) made
+    before the field existed stay the same."""
+    out = asdict(config)
+    if not out["stop_rule"]:
+        del out["stop_rule"]
+    return out
 
 
 @dataclass(frozen=True)

@@ -62,14 +62,15 @@ class RequestBuilder:
             msgs.append(Message("user", prompt, images=(image,), detail=self.method.image_detail))
         return tuple(msgs)
 
-    def config(self, max_new_tokens: int, logprobs: bool, temperature: float = 0.0) -> GenerationConfig:
+    def config(self, max_new_tokens: int, logprobs: bool, temperature: float = 0.0, stop_rule: str = "") -> GenerationConfig:
         """Decoding settings: ``max_new_tokens`` unless overridden, alternatives when ``logprobs``,
-        the method's ``top_p``."""
+        the method's ``top_p``, and ``stop_rule`` (the scoring step's: the method's)."""
         return GenerationConfig(
             max_new_tokens=self.max_new_tokens or max_new_tokens,
             temperature=temperature,
             top_p=self.method.top_p,
             top_logprobs=self.top_logprobs if logprobs else 0,
+            stop_rule=stop_rule,
         )
 
     def step_request(self, system: str | None, prompt: str, image: LoadedImage | None = None, *, temperature: float, max_new_tokens: int, text_first: bool = False, parts: bool = True) -> Request:
@@ -105,7 +106,7 @@ class RequestBuilder:
         tpl = get_template(method.template)
         prompt = tpl.render(caption=self.caption(prep.sample.caption), references=list(prep.sample.references), context=prep.context or "")
         assert prep.image is not None
-        return Request(self.messages(prompt, prep.image), self.config(method.max_new_tokens, method.reads_logprobs, method.temperature))
+        return Request(self.messages(prompt, prep.image), self.config(method.max_new_tokens, method.reads_logprobs, method.temperature, method.stop_rule))
 
     def request(self, prompt: str, image: LoadedImage, max_new_tokens: int, references: Sequence[str] = (), *, logprobs: bool = False) -> Request:
         """A request at the method's temperature: the system turn (an official one rendered with

@@ -252,6 +252,7 @@ class Method:
     needs_references: bool = False
     system: str | None = None
     max_new_tokens: int = 32
+    stop_rule: str = ""
     context_max_new_tokens: int = 512
     temperature: float = 0.0
     context_temperature: float = 0.0
@@ -488,10 +489,10 @@ _VISCE2_CODE: dict[str, Any] = dict(
     normalize_caption=False,
     options={"no_number": "error"},
 )
-_FLEUR: dict[str, Any] = dict(scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, options={"second_decimal": "official", "answer_form": "decimal"})
+_FLEUR: dict[str, Any] = dict(scale=(0.0, 1.0), smoothing=True, explain_template="fleur_explain", system=LLAVA_V1_SYSTEM, max_new_tokens=16, stop_rule="score", options={"second_decimal": "official", "answer_form": "decimal"})
 # The FLEUR code (fleur.py, reffleur.py): greedy, up to 512 new tokens, every digit and dot of the
 # answer read as one number, digit tokens found by searching the generated ids.
-_FLEUR_CODE: dict[str, Any] = dict(_FLEUR, max_new_tokens=512, parser="fleur-code", source="fleur-code", options={})
+_FLEUR_CODE: dict[str, Any] = dict(_FLEUR, max_new_tokens=512, stop_rule="", parser="fleur-code", source="fleur-code", options={})
 
 for _m in (
     Method("vanilla", "vanilla", system=LLAVA_V1_SYSTEM, source="visce2", paper="Appendix A, Table 5 (Vanilla)", description="Task instruction and caption only; 0-100."),

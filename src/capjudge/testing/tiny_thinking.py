@@ -46,10 +46,12 @@ image as Qwen-VL writes it."""
 _NO_THINKING = "{% set enable_thinking = false %}"
 
 
-def build_tiny_thinking_vlm(folder: str | Path, seed: int = 0, *, head_dim: int = 16) -> Path:
+def build_tiny_thinking_vlm(folder: str | Path, seed: int = 0, *, head_dim: int = 16, endless: bool = False) -> Path:
     """Write the tiny thinking model (module doc) with its processor to ``folder``; returns the path.
     ``head_dim=32`` makes a text model of width 128 that vLLM's CPU attention accepts (it refuses
-    a head size of 16)."""
+    a head size of 16). ``endless=True`` plants a reasoning that never closes (the reasoning token
+    follows itself): every answer runs to its ``max_new_tokens``, so a caller plants each answer's
+    length with its token limit (long-answer tests and ``benchmarks/bench_long.py``)."""
     import torch
     import transformers
 
@@ -69,7 +71,8 @@ def build_tiny_thinking_vlm(folder: str | Path, seed: int = 0, *, head_dim: int 
     torch.manual_seed(seed)
     model = getattr(transformers, spec.model_class)(config).eval()
     dims = plant_judge(model, tok, [blank], seed, extra=4)
-    _plant_reasoning(model, [(newline, tid(THINK_OPEN)), (tid(THINK_OPEN), tid(REASONING_TOKEN)), (tid(REASONING_TOKEN), tid(THINK_CLOSE)), (tid(THINK_CLOSE), blank)], dims["extra"])
+    after_reasoning = tid(REASONING_TOKEN) if endless else tid(THINK_CLOSE)
+    _plant_reasoning(model, [(newline, tid(THINK_OPEN)), (tid(THINK_OPEN), tid(REASONING_TOKEN)), (tid(REASONING_TOKEN), after_reasoning), (tid(THINK_CLOSE), blank)], dims["extra"])
     processor.chat_template = _NO_THINKING + HYBRID_TEMPLATE  # the flags are sized at an answer's start
     calibrate(model, processor, dims)
     processor.chat_template = HYBRID_TEMPLATE

@@ -54,8 +54,10 @@ from capjudge.backends.hf.loading import (
 from capjudge.backends.hf.loading import torchvision_requirement as torchvision_requirement
 from capjudge.backends.hf.prefix import PrefixReuser
 from capjudge.backends.hf.prompt_text import defuse, fold_system, render_plain
+from capjudge.backends.hf.refill import Refiller
 from capjudge.backends.hf.settings import check_system_policy, resolve_settings, usable_device
 from capjudge.backends.hf.specials import GuardedTokenizer, SpecialText, guarded_processor
+from capjudge.backends.hf.stops import without_stop_rule
 from capjudge.backends.hf.thinking import hf_plan, loaded_template, template_text
 from capjudge.backends.llava_prompt import render_llava_v1
 from capjudge.backends.options import OptionError, as_bool, as_int, check_known
@@ -66,6 +68,7 @@ from capjudge.backends.thinking import Thinking
 from capjudge.backends.thinking import parse as parse_thinking
 from capjudge.core.redact import get_logger
 from capjudge.data.images import pad_to_square
+from capjudge.parsing.stopping import stop_index
 
 log = get_logger(__name__)
 
@@ -98,6 +101,10 @@ class HFBackend(Backend):
     prefix_reuse:
         Score the captions of one image from one shared prefix computation (default on; see
         :mod:`capjudge.backends.hf.prefix`); results equal independent decoding.
+    refill:
+        Decode long greedy answers (``max_new_tokens`` of at least 128: reasoning, descriptions)
+        in ``batch_size`` slots, each refilled from the queue as soon as its answer ends (default
+        on; see :mod:`capjudge.backends.hf.refill`); results equal independent decoding.
     thinking, thinking_budget, reasoning_markers:
         Thinking models (:mod:`capjudge.backends.thinking`): ``"on"``/``"off"`` render the chat
         template with ``enable_thinking`` (a usage error on a template without it), ``"auto"`` its
@@ -122,6 +129,7 @@ class HFBackend(Backend):
         chat_format: str | None = None,
         system_policy: str | None = None,
         prefix_reuse: bool = True,
+        refill: bool = True,
         local_files_only: bool | None = None,
         attn_implementation: str | None = None,
         trust_remote_code: bool = False,
@@ -152,6 +160,7 @@ class HFBackend(Backend):
         self.system_policy = self.settings.system_policy
         self._warned_fold = False
         self.prefix_reuse = as_bool(prefix_reuse, "prefix_reuse")
+        self.refill = as_bool(refill, "refill")
         self.thinking = parse_thinking({"thinking": thinking, "thinking_budget": thinking_budget, "reasoning_markers": reasoning_markers})
         if not self.thinking.default:  # a model without the switch fails before it loads
             hf_plan(model, self.thinking, template_text(model, local_files_only), self.chat_format, self.preset)
@@ -193,6 +202,8 @@ class HFBackend(Backend):
         # Captions of one image from one prefix pass; the reuser reaches this backend only through
         # the PrefixHost interface it declares (capjudge.backends.hf.prefix).
         self._prefix: PrefixReuser | None = PrefixReuser(self) if self.prefix_reuse else None
+        # Long answers: slots refilled from the queue (capjudge.backends.hf.refill).
+        self._refill: Refiller | None = Refiller(self, self.batch_size) if self.refill else None
         self.capabilities = Capabilities(
             logprobs=True,
             max_top_logprobs=50,
@@ -323,15 +334,23 @@ class HFBackend(Backend):
         A thinking model's budget is added to ``max_new_tokens`` and its answers say whether the
         prompt opened the reasoning (:mod:`capjudge.backends.thinking`)."""
         asked = requests
-        requests = self._thinking.budgeted(requests)
+        requests = [without_stop_rule(r) for r in self._thinking.budgeted(requests)] if self._thinking.extra_tokens else list(requests)
         results: list[Completion | BaseException | None] = [None] * len(requests)
         notes: dict[int, str] = {}
+        refill_notes: dict[int, str] = {}
+        if self._refill is not None:
+            # Long answers first: slots refilled as answers end (capjudge.backends.hf.refill).
+            long = self._refill.run(requests)
+            refill_notes = long.notes
+            for i, out in long.answers.items():
+                results[i] = out
         if self.prefix_reuse and self._prefix is not None:
             # Captions of one image: one prefix pass per image (see capjudge.backends.hf.prefix).
-            outcome = self._prefix.run(requests)
-            notes = outcome.notes
-            for i, out in outcome.answers.items():
-                results[i] = out
+            todo = [i for i in range(len(requests)) if results[i] is None]
+            outcome = self._prefix.run([requests[i] for i in todo])
+            notes = {todo[j]: note for j, note in outcome.notes.items()}
+            for j, out in outcome.answers.items():
+                results[todo[j]] = out
         order: dict[tuple[Any, ...], list[int]] = {}
         for i, r in enumerate(requests):
             if results[i] is None:
@@ -344,8 +363,10 @@ class HFBackend(Backend):
                     if isinstance(out, Completion) and i in notes:
                         out.meta["prefix_reuse"] = notes[i]  # why this answer was decoded on its own
                     results[i] = out
-        for r, answer in zip(asked, results):
+        for i, (r, answer) in enumerate(zip(asked, results)):
             self._thinking.annotate(answer, self.format_prompt, r.messages)
+            if isinstance(answer, Completion) and i in refill_notes:
+                answer.meta["refill"] = refill_notes[i]  # why a long answer was decoded otherwise
         return [r if r is not None else BackendError("not answered") for r in results]
 
     def _generate_safely(self, reqs: Sequence[Request]) -> list[Completion | BaseException]:
@@ -412,6 +433,9 @@ class HFBackend(Backend):
             if tid in self.eos_ids:
                 n, finish = t, "stop"
                 break
+        cut = stop_index(cfg.stop_rule, gen_ids[:n], lambda ids: str(self.tokenizer.decode(list(ids), skip_special_tokens=True)))
+        if cut is not None:
+            n, finish = cut + 1, "stop"
         kept = gen_ids[:n]
         text = self.tokenizer.decode(kept, skip_special_tokens=True).strip()
         steps: list[TokenStep] = []
@@ -475,7 +499,7 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
     if options.get("system_policy") is not None:
         check_system_policy(options["system_policy"])
     # Options from a spec or --backend-opt arrive as text: "false" must not be truthy.
-    for name in ("trust_remote_code", "local_files_only", "pad_square", "prefix_reuse", "load_4bit"):
+    for name in ("trust_remote_code", "local_files_only", "pad_square", "prefix_reuse", "refill", "load_4bit"):
         if name in options and options[name] is not None:
             options[name] = as_bool(options[name], name)
     if any(k in options for k in THINKING_OPTIONS):

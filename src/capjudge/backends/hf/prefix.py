@@ -62,9 +62,10 @@ from capjudge.backends.hf.prefix_host import (
     PrefixStats,
     supports_prefix_reuse,
 )
+from capjudge.backends.hf.stops import rule_reached
 from capjudge.core.redact import get_logger
 
-__all__ = ["ADAPTERS", "PREFIX_REUSE_MODEL_TYPES", "PrefixHost", "PrefixOutcome", "PrefixReuser", "PrefixStats", "PrefixSupport", "prefix_reuse_support", "supports_prefix_reuse"]
+__all__ = ["ADAPTERS", "PREFIX_REUSE_MODEL_TYPES", "PrefixHost", "PrefixOutcome", "PrefixReuser", "PrefixStats", "PrefixSupport", "generation_config_change", "prefix_reuse_support", "supports_prefix_reuse"]
 
 log = get_logger(__name__)
 
@@ -99,6 +100,20 @@ _NEUTRAL_GENERATION_FIELDS = frozenset(
         "output_attentions", "output_hidden_states", "transformers_version", "_from_model_config",
     }
 )  # fmt: skip
+
+
+def generation_config_change(net: Any) -> str | None:
+    """The fields of ``net``'s generation config (read at every call: it may be changed) that change
+    greedy decoding from what the fast paths do; None when there are none."""
+    gc = getattr(net, "generation_config", None)
+    if gc is None:
+        return None
+    try:
+        changed = set(gc.to_diff_dict())
+    except Exception:  # noqa: BLE001 - an unreadable config is not worth the risk
+        return "the model's generation config could not be read"
+    odd = sorted(changed - _NEUTRAL_GENERATION_FIELDS)
+    return f"the model's generation config sets {', '.join(odd)}" if odd else None
 
 
 @dataclass
@@ -197,19 +212,6 @@ class PrefixReuser:
             getattr(log, level)("prefix reuse: %s; plain generate used", reason)
         return f"fallback: {reason}"
 
-    def _generation_config_change(self) -> str | None:
-        """The fields of the model's generation config (read at every call: it may be changed)
-        that change greedy decoding from what the fast path does; None when there are none."""
-        gc = getattr(self.host.net, "generation_config", None)
-        if gc is None:
-            return None
-        try:
-            changed = set(gc.to_diff_dict())
-        except Exception:  # noqa: BLE001 - an unreadable config is not worth the risk
-            return "the model's generation config could not be read"
-        odd = sorted(changed - _NEUTRAL_GENERATION_FIELDS)
-        return f"the model's generation config sets {', '.join(odd)}" if odd else None
-
     @staticmethod
     def ineligible(request: Request) -> str | None:
         """Why a request is outside the fast path (None: one image in the first user turn,
@@ -238,7 +240,7 @@ class PrefixReuser:
         if blocker:
             note = f"fallback: {blocker}"
         else:
-            change = self._generation_config_change()
+            change = generation_config_change(self.host.net)
             if change:
                 note = self._note(change)
         if note:
@@ -550,5 +552,5 @@ class PrefixReuser:
         row.gen.append(token)
         if row.request.config.top_logprobs > 0:
             row.logits.append(logits.clone())
-        if token in self.host.eos_ids or len(row.gen) >= row.request.config.max_new_tokens:
+        if token in self.host.eos_ids or len(row.gen) >= row.request.config.max_new_tokens or rule_reached(row.request, row.gen, self.host.tokenizer):
             row.done = True
