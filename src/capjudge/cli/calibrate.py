@@ -11,7 +11,6 @@ page of :mod:`capjudge.trust.page` (reliability diagram, the mean's intervals, t
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -49,8 +48,8 @@ def register(subparsers: Any) -> None:
 
 def cmd_calibrate(args: argparse.Namespace) -> int:
     """``capjudge calibrate``: print the calibration report, save the map."""
-    from capjudge.cli.html import check_html, command_line, emit
-    from capjudge.cli.trust_common import check_save, print_problems
+    from capjudge.cli.html import check_html
+    from capjudge.cli.trust_common import check_save, finish_report
     from capjudge.core.errors import UsageError
     from capjudge.trust.run import calibration_report
 
@@ -63,21 +62,9 @@ def cmd_calibrate(args: argparse.Namespace) -> int:
     check_html(args.html, [args.results, args.human, args.save])
     check_save(args.save, "calibration-json")
     report = calibration_report(args.results, args.human, bins=args.bins, alpha=args.alpha, human_scale=tuple(args.human_scale) if args.human_scale else None)
-    print_problems(report.problems)
-    if args.save:
-        report.saved.save(args.save)
-        report.data["saved"] = args.save
-    if args.format == "json":
-        from capjudge.data.types import json_safe
+    from capjudge.trust.page import calibration_page
 
-        print(json.dumps(json_safe(report.data), ensure_ascii=False))
-    else:
-        _text(report.data)
-    if args.html:
-        from capjudge.trust.page import calibration_page
-
-        emit(args.html, lambda: calibration_page(report, images=args.images, command=command_line()))
-    return 0
+    return finish_report(report, args, _text, calibration_page)
 
 
 def _text(d: dict[str, Any]) -> None:

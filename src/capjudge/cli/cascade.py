@@ -12,7 +12,6 @@ FILE``: the page of :mod:`capjudge.trust.page` (the judges, the coverage-risk cu
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -50,8 +49,8 @@ def register(subparsers: Any) -> None:
 
 def cmd_cascade(args: argparse.Namespace) -> int:
     """``capjudge cascade``: calibrate, print, save the plan."""
-    from capjudge.cli.html import check_html, command_line, emit
-    from capjudge.cli.trust_common import check_save, print_problems
+    from capjudge.cli.html import check_html
+    from capjudge.cli.trust_common import check_save, finish_report
     from capjudge.core.errors import UsageError
     from capjudge.trust.run import cascade_report
 
@@ -64,21 +63,9 @@ def cmd_cascade(args: argparse.Namespace) -> int:
     check_html(args.html, [*args.judge, args.human, args.save])
     check_save(args.save, "cascade-json")
     report = cascade_report(args.judge, args.human, alpha=args.risk, delta=args.delta, rule=args.rule, min_samples=args.min_samples)
-    print_problems(report.problems)
-    if args.save:
-        report.saved.save(args.save)
-        report.data["saved"] = args.save
-    if args.format == "json":
-        from capjudge.data.types import json_safe
+    from capjudge.trust.page import cascade_page
 
-        print(json.dumps(json_safe(report.data), ensure_ascii=False))
-    else:
-        _text(report.data)
-    if args.html:
-        from capjudge.trust.page import cascade_page
-
-        emit(args.html, lambda: cascade_page(report, images=args.images, command=command_line()))
-    return 0
+    return finish_report(report, args, _text, cascade_page)
 
 
 def _money(v: float | None) -> str:

@@ -30,6 +30,28 @@ def print_problems(problems: list[str], limit: int = 20) -> None:
         print(f"capjudge: ... and {len(problems) - limit} more bad rows", file=sys.stderr)
 
 
+def finish_report(report: Any, args: Any, text: Any, page: Any) -> int:
+    """The end of ``calibrate`` / ``cascade``: bad rows on stderr, ``--save``, the report as
+    ``--format`` says (``text(data)`` for text), ``--html`` through ``page(report, images=,
+    command=)``; exit 0."""
+    import json
+
+    from capjudge.cli.html import command_line, emit
+    from capjudge.data.types import json_safe
+
+    print_problems(report.problems)
+    if args.save:
+        report.saved.save(args.save)
+        report.data["saved"] = args.save
+    if args.format == "json":
+        print(json.dumps(json_safe(report.data), ensure_ascii=False))
+    else:
+        text(report.data)
+    if args.html:
+        emit(args.html, lambda: page(report, images=args.images, command=command_line()))
+    return 0
+
+
 def add_calibration_option(p: object) -> None:
     """``--calibration FILE`` on ``score`` and ``compare``."""
     p.add_argument(  # type: ignore[attr-defined]

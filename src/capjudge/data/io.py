@@ -130,6 +130,16 @@ class JsonLine:
     complete: bool = True
 
 
+def write_json_atomically(path: str | Path, value: Any) -> None:
+    """Replace ``path`` with ``value`` as indented JSON (one space), atomically (:func:`write_atomically`)."""
+    text = json.dumps(value, indent=1) + "\n"
+
+    def write(fh: IO[str]) -> None:
+        fh.write(text)
+
+    write_atomically(Path(path), write)
+
+
 def load_json(text: str) -> Any:
     """``json.loads(text)``, with a value nested too deeply for Python's reader (``[[[[...``, a
     ``RecursionError``) raised as the :class:`json.JSONDecodeError` its callers already handle."""

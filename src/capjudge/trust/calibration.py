@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 import numpy as np
 
@@ -155,14 +155,9 @@ class IsotonicMap:
 
     def save(self, path: str | Path) -> None:
         """Write the calibration file (JSON, atomically)."""
-        from capjudge.data.io import write_atomically
+        from capjudge.data.io import write_json_atomically
 
-        text = json.dumps(self.to_dict(), indent=1) + "\n"
-
-        def write(f: IO[str]) -> None:
-            f.write(text)
-
-        write_atomically(Path(path), write)
+        write_json_atomically(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> IsotonicMap:

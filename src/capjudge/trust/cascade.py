@@ -32,7 +32,7 @@ import json
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, Literal
 
 import numpy as np
 from scipy.stats import beta
@@ -220,14 +220,9 @@ class CascadePlan:
 
     def save(self, path: str | Path) -> None:
         """Write the plan as JSON (atomically)."""
-        from capjudge.data.io import write_atomically
+        from capjudge.data.io import write_json_atomically
 
-        text = json.dumps(self.to_dict(), indent=1) + "\n"
-
-        def write(f: IO[str]) -> None:
-            f.write(text)
-
-        write_atomically(Path(path), write)
+        write_json_atomically(path, self.to_dict())
 
     @classmethod
     def load(cls, path: str | Path) -> CascadePlan:
