@@ -8,11 +8,8 @@ Every loop here is bounded in count and time; raw sockets have timeouts.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import socket
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -25,10 +22,7 @@ import pytest
 from capjudge.serve.body import BodyError, check_shape
 from capjudge.serve.hosts import host_rule
 from capjudge.serve.served import ServedJudge
-from capjudge.serve.server import free_port
-from serve_helpers import ANSWER, IMAGES, Gate, serving
-
-SRC = Path(__file__).resolve().parents[1] / "src"
+from serve_helpers import ANSWER, IMAGES, Gate, ServeProcess, serving
 
 
 def _sample(i: int, **extra: Any) -> dict[str, Any]:
@@ -58,44 +52,13 @@ def _read_to_close(sock: socket.socket, wait: float) -> bytes:
     raise AssertionError(f"the server kept the connection open over {wait} s (got {got[:200]!r})")
 
 
-class ServeProcess:
-    """``capjudge serve`` (scripted backend, no token) in a process of its own on 127.0.0.1."""
-
-    def __init__(self, tmp: Path, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-        env.pop("CAPJUDGE_TOKEN", None)
-        self.log_path = tmp / f"serve-{self.port}.log"
-        self.log = self.log_path.open("w")
-        cmd = [sys.executable, "-m", "capjudge.cli", "serve", "--method", "vanilla", "--backend", f"scripted:{ANSWER}", "--images", str(IMAGES), "--no-cache", "--port", str(self.port), *args]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError(f"the server did not start: {self.log_path.read_text()}")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(30)
-        self.log.close()
-
-
 @pytest.fixture(scope="module")
 def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServeProcess]:
-    server = ServeProcess(tmp_path_factory.mktemp("serve"), "--allowed-host", "judge.lab.example", "--header-timeout", "1", "--body-timeout", "2")
+    server = ServeProcess(tmp_path_factory.mktemp("serve"), "--images", str(IMAGES), "--allowed-host", "judge.lab.example", "--header-timeout", "1", "--body-timeout", "2")
     try:
         yield server
     finally:
-        server.stop()
+        server.stop(kill=True)
 
 
 # ------------------------------------------------------------------ 3. browser reach
@@ -253,7 +216,7 @@ def test_a_body_that_stops_arriving_is_408_after_the_body_timeout(served: ServeP
 
 
 def test_connections_beyond_the_limit_are_refused_and_closed(tmp_path: Path) -> None:
-    server = ServeProcess(tmp_path, "--max-connections", "4")
+    server = ServeProcess(tmp_path, "--images", str(IMAGES), "--max-connections", "4")
     held: list[socket.socket] = []
     try:
         for _ in range(4):  # idle connections (no request head yet), up to the limit
@@ -275,11 +238,11 @@ def test_connections_beyond_the_limit_are_refused_and_closed(tmp_path: Path) -> 
     finally:
         for sock in held:
             sock.close()
-        server.stop()
+        server.stop(kill=True)
 
 
 def test_sigterm_drops_a_half_sent_upload_after_the_grace_period_and_exits(tmp_path: Path) -> None:
-    server = ServeProcess(tmp_path, "--graceful-seconds", "1")
+    server = ServeProcess(tmp_path, "--images", str(IMAGES), "--graceful-seconds", "1")
     try:
         sock = socket.create_connection(("127.0.0.1", server.port), timeout=30)
         head = f"POST /v1/score HTTP/1.1\r\nHost: 127.0.0.1:{server.port}\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n".encode()
@@ -290,7 +253,7 @@ def test_sigterm_drops_a_half_sent_upload_after_the_grace_period_and_exits(tmp_p
         assert _read_to_close(sock, 5).startswith(b"HTTP/1.1 408")
         sock.close()
     finally:
-        server.stop()
+        server.stop(kill=True)
 
 
 # ------------------------------------------------------------------ 12. errors are JSON, rows escaped

@@ -11,10 +11,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-import os
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -34,12 +31,10 @@ from capjudge.data.images import ImageError, ImageLimits, download, fetch_many
 from capjudge.data.imagesources import ImageSources, address_allowed
 from capjudge.reward import make_async_reward, make_reward
 from capjudge.serve.served import ServedJudge
-from capjudge.serve.server import free_port
 from capjudge.serve.wire import InlineImage
-from serve_helpers import ANSWER, IMAGES, b64, serving
+from serve_helpers import ANSWER, IMAGES, ServeProcess, b64, serving
 
 CATS = IMAGES / "cats.jpg"
-SRC = Path(__file__).resolve().parents[1] / "src"
 NOT_READ = "this judge reads no image paths"
 NOT_FETCHED = "this judge fetches no image URLs"
 NEUTRAL = "could not be fetched: refused, unreachable, not found, too large or too slow"
@@ -190,36 +185,6 @@ def test_with_images_paths_stay_confined_to_the_folder(tmp_path: Path) -> None:
         inside, outside = score(srv, [row(0, "cats.jpg"), row(1, str(tmp_path))])
     assert inside["status"] == "ok"
     assert "outside the images folder" in outside["error"]
-
-
-class ServeProcess:
-    """``capjudge serve`` (scripted backend) in a process of its own on a free port of 127.0.0.1."""
-
-    def __init__(self, tmp: Path, *args: str) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")])}
-        env.pop("CAPJUDGE_TOKEN", None)
-        self.log = (tmp / f"serve-{self.port}.log").open("w")
-        cmd = [sys.executable, "-m", "capjudge.cli", "serve", "--method", "vanilla", "--backend", f"scripted:{ANSWER}", "--no-cache", *args, "--port", str(self.port)]
-        self.proc = subprocess.Popen(cmd, env=env, stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                raise RuntimeError("the server did not start")
-            time.sleep(0.1)
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-        self.proc.wait(60)
-        self.log.close()
 
 
 def test_capjudge_serve_reads_only_inline_images_unless_its_options_widen_it(tmp_path: Path, host: ImageHost) -> None:
