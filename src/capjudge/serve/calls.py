@@ -22,6 +22,7 @@ import httpx
 
 from capjudge.core.errors import BackendError
 from capjudge.core.redact import get_logger, scrub
+from capjudge.data.capped import OverCap, read_body_capped
 
 log = get_logger("capjudge.serve")
 
@@ -105,17 +106,10 @@ class Caller:
         cap = self.max_response_bytes
         too_large = f"the judge server at {self.url} answered {route} with more than max_response_bytes={cap:,} bytes: refused (not read)"
         async with self._http().stream(method, route, json=body) as response:
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > cap:
-                raise RemoteError(f"{too_large}; it announced {int(declared):,} bytes")
-            chunks: list[bytes] = []
-            size = 0
-            async for chunk in response.aiter_bytes():
-                size += len(chunk)
-                if size > cap:
-                    raise RemoteError(too_large)
-                chunks.append(chunk)
-            return Answer(response.status_code, response.headers, b"".join(chunks))
+            try:
+                return Answer(response.status_code, response.headers, await read_body_capped(response, cap))
+            except OverCap as exc:
+                raise RemoteError(too_large + (f"; it announced {exc.announced:,} bytes" if exc.announced is not None else "")) from None
 
     def wait_ready(self, seconds: float) -> None:
         """Return once the server answers ``GET /health`` with 200, asking again for up to

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,23 +105,8 @@ def _human_value(raw: Any) -> float | str:
 def read_human(path: str | Path) -> HumanLabels:
     """Read a human-labels JSONL file (``id``, ``human``)."""
     out = HumanLabels(str(path))
-    lines = _lines(path)
     seen: dict[str, int] = {}
-    for number, value, error in lines:
-        where = f"{path} line {number}"
-        if error is not None:
-            out.problems.append(f"{where}: {error}")
-            continue
-        if not isinstance(value, dict):
-            out.problems.append(f"{where}: not a JSON object")
-            continue
-        key = _id(value.get("id"))
-        if key is None:
-            out.problems.append(f"{where}: no usable 'id' (a non-empty string or an integer)")
-            continue
-        if key in seen:
-            out.problems.append(f"{where}: id {key!r} again (first on line {seen[key]}): kept the first")
-            continue
+    for number, where, key, value in _keyed_objects(path, seen, out.problems, "a non-empty string or an integer"):
         if "human" not in value:
             out.problems.append(f"{where}: id {key!r}: no 'human' field")
             continue
@@ -133,6 +119,28 @@ def read_human(path: str | Path) -> HumanLabels:
         votes = value["human"] if isinstance(value["human"], list) else [value["human"]]
         out.labels[key] = HumanLabel(label, tuple(votes))
     return out
+
+
+def _keyed_objects(path: str | Path, seen: dict[str, int], problems: list[str], id_rule: str) -> Iterator[tuple[int, str, str, dict[str, Any]]]:
+    """``(line number, "FILE line N", id, object)`` for each line of ``path`` that is a JSON object
+    with a usable id not in ``seen`` (the caller records the ids it keeps); every other line is a
+    problem naming the file and line (``id_rule`` says what an id must be)."""
+    for number, value, error in _lines(path):
+        where = f"{path} line {number}"
+        if error is not None:
+            problems.append(f"{where}: {error}")
+            continue
+        if not isinstance(value, dict):
+            problems.append(f"{where}: not a JSON object")
+            continue
+        key = _id(value.get("id"))
+        if key is None:
+            problems.append(f"{where}: no usable 'id' ({id_rule})")
+            continue
+        if key in seen:
+            problems.append(f"{where}: id {key!r} again (first on line {seen[key]}): kept the first")
+            continue
+        yield number, where, key, value
 
 
 def _lines(path: str | Path) -> list[tuple[int, Any, str | None]]:
@@ -261,21 +269,7 @@ def read_results(path: str | Path) -> JudgeResults:
     out = JudgeResults(str(path))
     kinds: Counter[str] = Counter()
     seen: dict[str, int] = {}
-    for number, rec, error in _lines(path):
-        where = f"{path} line {number}"
-        if error is not None:
-            out.problems.append(f"{where}: {error}")
-            continue
-        if not isinstance(rec, dict):
-            out.problems.append(f"{where}: not a JSON object")
-            continue
-        key = _id(rec.get("id"))
-        if key is None:
-            out.problems.append(f"{where}: no usable 'id' (the trust tools join by id)")
-            continue
-        if key in seen:
-            out.problems.append(f"{where}: id {key!r} again (first on line {seen[key]}): kept the first")
-            continue
+    for number, where, key, rec in _keyed_objects(path, seen, out.problems, "the trust tools join by id"):
         seen[key] = number
         kind = "pair" if "verdict" in rec else ("score" if "score" in rec else None)
         if kind is None:

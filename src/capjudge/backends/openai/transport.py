@@ -28,6 +28,7 @@ from capjudge.backends.openai.retry import (
     within_deadline,
 )
 from capjudge.core.redact import get_logger
+from capjudge.data.capped import OverCap, read_body_capped
 
 log = get_logger("capjudge.backends.openai")
 
@@ -73,18 +74,10 @@ async def read_capped(client: Any, body: dict[str, Any], max_bytes: int) -> byte
 
     response = await client.post("/chat/completions", body=body, cast_to=httpx.Response, options=POST_OPTIONS, stream=True)
     try:
+        return await read_body_capped(response, max_bytes)
+    except OverCap as exc:
         too_large = f"the server's answer is over max_response_bytes={max_bytes:,} bytes: refused (--backend-opt max_response_bytes=N raises the cap)"
-        declared = str(response.headers.get("content-length", ""))
-        if declared.isdigit() and int(declared) > max_bytes:
-            raise ResponseTooLarge(f"{too_large}; it announced {int(declared):,} bytes")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in response.aiter_bytes():
-            size += len(chunk)
-            if size > max_bytes:
-                raise ResponseTooLarge(too_large)
-            chunks.append(chunk)
-        return b"".join(chunks)
+        raise ResponseTooLarge(too_large + (f"; it announced {exc.announced:,} bytes" if exc.announced is not None else "")) from None
     finally:
         await response.aclose()
 
