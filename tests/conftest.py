@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -71,3 +72,20 @@ def corrupt_image(tmp_path: Path) -> Path:
     p = tmp_path / "corrupt.jpg"
     p.write_bytes(b"\xff\xd8\xff\xe0 this is not really a jpeg" + bytes(range(50)))
     return p
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[Any]:
+    """The fake OpenAI-protocol server (tests/openai_fake_server.py), one per test module; a module
+    that needs another one (a key, a responder) defines its own ``server``."""
+    from openai_fake_server import running_server
+
+    with running_server() as srv:
+        yield srv
+
+
+@pytest.fixture()
+def srv(server: Any) -> Any:
+    """:func:`server`, its recorded requests and scripted answers reset for this test."""
+    server.reset()
+    return server

@@ -13,7 +13,6 @@ import json
 import math
 import random
 from collections import deque
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +33,7 @@ from capjudge.parsing.capability import (
     validate,
 )
 from capjudge.run.summary import RunTally
-from openai_fake_server import FakeOpenAIServer, Received, Reply, chat_body, running_server
+from openai_fake_server import FakeOpenAIServer, Received, Reply, chat_body
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "capability"
@@ -314,18 +313,6 @@ def test_capability_results_names_a_bad_file(tmp_path: Path) -> None:
 
 
 # ------------------------------------------------------------------------------------------------ the method
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeOpenAIServer]:
-    with running_server() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def srv(server: FakeOpenAIServer) -> FakeOpenAIServer:
-    server.reset()
-    return server
-
-
 def _annotations(tmp: Path) -> Path:
     folder = tmp / "annotations"
     folder.mkdir()

@@ -11,7 +11,6 @@ import contextlib
 import hashlib
 import io
 import json
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -99,12 +98,6 @@ def test_reader_and_yesno_equal_qa_py() -> None:
 def test_template_texts_are_qa_py_bytes() -> None:
     assert get_template("captionqa_system").render() == oc.SYSTEM_PROMPT
     assert get_template("captionqa").render(caption="c {{ x }}\n", question="q?", options=option_lines(["one", 2])) == oc.build_caption_qa_prompt("c {{ x }}\n", "q?", ["one", 2])
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeOpenAIServer]:
-    with running_server() as srv:
-        yield srv
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import random
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -34,18 +34,6 @@ HUMAN = {
     "aar_test_00001.png": ("A red car is parked on a street.", ["There is a car.", "The car is red.", "The car is parked.", "The car is on a street."]),
     "aar_test_00002.png": ("Two dogs play on grass.", ["There are two dogs.", "The dogs play.", "The dogs are on grass."]),
 }
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeOpenAIServer]:
-    with running_server() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def srv(server: FakeOpenAIServer) -> FakeOpenAIServer:
-    server.reset()
-    return server
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import base64
 import io
 import json
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -32,22 +32,10 @@ from official_detailed import (
     factuality_precision,
     factuality_verify_messages,
 )
-from openai_fake_server import FakeOpenAIServer, Received, Reply, chat_body, running_server
+from openai_fake_server import FakeOpenAIServer, Received, Reply, chat_body
 
 KEY = "sk-test-detailed"
 FAST = {"retry_base_delay": 0.01, "retry_max_delay": 0.05, "timeout": 10.0, "concurrency": 1}
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[FakeOpenAIServer]:
-    with running_server() as srv:
-        yield srv
-
-
-@pytest.fixture()
-def srv(server: FakeOpenAIServer) -> FakeOpenAIServer:
-    server.reset()
-    return server
 
 
 @pytest.fixture(scope="module")
