@@ -5,6 +5,9 @@ over each whole prompt and answer)."""
 
 from __future__ import annotations
 
+import functools
+import itertools
+import random
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +19,7 @@ pytest.importorskip("torchvision")
 
 from capjudge.backends.base import GenerationConfig, Message, Request  # noqa: E402
 from capjudge.backends.hf import HFBackend  # noqa: E402
+from capjudge.backends.hf.slot_attention import plan_groups  # noqa: E402
 from capjudge.data.images import load_image  # noqa: E402
 
 pytestmark = pytest.mark.hf
@@ -53,13 +57,22 @@ def _plain_logprobs(be: HFBackend, req: Request, gen: list[int]) -> Any:
     return torch.log_softmax(logits.double(), dim=-1)
 
 
-def test_refilled_slots_equal_one_plain_forward_in_float64(endless_model: Path, example_images: list[Path]) -> None:
+@pytest.mark.parametrize("call_cost", [0, None])
+def test_refilled_slots_equal_one_plain_forward_in_float64(endless_model: Path, example_images: list[Path], call_cost: int | None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``call_cost=0``: every row its own attention group (the grouped path at its most split)."""
+    if call_cost is not None:
+        from capjudge.backends.hf import refill
+
+        monkeypatch.setattr(refill, "plan_groups", functools.partial(plan_groups, call_cost=call_cost))
     be = HFBackend(str(endless_model), dtype="float64", batch_size=3, thinking_budget=0)
     try:
         reqs = _requests(example_images, LENGTHS)
         out = be.generate(reqs)
         assert be._refill is not None
         assert be._refill.prefills == len(reqs)
+        if call_cost == 0:  # steps whose rows differ in length, computed group by group in every layer
+            layers = be.net.config.text_config.num_hidden_layers
+            assert be._refill.grouped_calls >= layers and be._refill.grouped_calls % layers == 0
         # 3 slots kept busy: the steps are about the tokens over 3, not the sum of each wave's longest
         assert be._refill.forwards < sum(LENGTHS) / 3 + max(LENGTHS)
         for req, c in zip(reqs, out):
@@ -133,3 +146,27 @@ def test_every_architecture_refills_exactly_or_falls_back(tiny_vlm: Any, example
             assert [s.logprob for s in c.steps] == pytest.approx([float(logp[t, g]) for t, g in enumerate(gen)], abs=TOL)
     finally:
         be.close()
+
+
+def _cost(lengths: list[int], groups: tuple[tuple[int, int], ...], call_cost: int) -> int:
+    return sum((b - a) * (max(lengths[a:b]) + 1) + call_cost for a, b in groups)
+
+
+def test_attention_groups_are_the_cheapest_contiguous_split() -> None:
+    """Against every split of up to 7 rows: contiguous, covering, and of the least cost."""
+    rng = random.Random(3)
+    for _ in range(200):
+        m = rng.randint(1, 7)
+        lengths = sorted((rng.randint(1, 2000) for _ in range(m)), reverse=True)
+        cost = rng.choice([0, 64, 256, 4096])
+        got = plan_groups(lengths, cost)
+        assert got[0][0] == 0 and got[-1][1] == m and all(a[1] == b[0] for a, b in zip(got, got[1:]))
+        best = min(
+            _cost(lengths, tuple(zip((0, *cuts), (*cuts, m))), cost)
+            for r in range(m)
+            for cuts in itertools.combinations(range(1, m), r)
+        )
+        assert _cost(lengths, got, cost) == best
+    assert plan_groups([]) == ()
+    assert plan_groups([900, 880, 120, 110], 256) == ((0, 2), (2, 4))
+    assert plan_groups([900, 880, 870], 256) == ((0, 3),)

@@ -6,13 +6,11 @@ Importing this package imports neither torch nor transformers; they load with th
 from capjudge.backends.hf.backend import (
     HFBackend,
     check_4bit_packages,
-    check_options,
-    from_spec,
-    lazy_from_spec,
     llava_4bit_settings,
     missing_package_message,
-    model_identity,
 )
+from capjudge.backends.hf.identity import model_identity
+from capjudge.backends.hf.spec import check_options, from_spec, lazy_from_spec
 
 __all__ = [
     "HFBackend",

@@ -2,14 +2,19 @@
 
 A padded batch of long answers (a thinking judge's reasoning, a description, a list of facts)
 waits for its longest answer: with lengths that vary tenfold most rows decode padding. Here the
-requests share ``slots`` rows of one key/value buffer per layer (:class:`SlotCache`): each slot
-holds one request's prompt and answer so far; every step decodes one token for every busy slot
-(one forward of batch ``slots``, each row at its own position, an attention mask per row hiding
-the columns it does not own). When a request stops (end of sequence, or ``max_new_tokens``), its slot is reset and refilled with the
-next queued request: that request's prompt is computed alone (batch 1, image included, as a
-one-request ``generate`` computes it), its keys and values are copied into the slot and its first
-token read from that forward. Once the queue is empty, the last busy slot moves into a freed one,
-so the tail decodes at the batch size it has, not the one it started with.
+requests share ``slots`` rows of one key/value buffer per layer
+(:class:`~capjudge.backends.hf.slots.SlotCache`): each row holds one request's prompt and answer so
+far; every step decodes one token for every busy row (one forward of the busy rows, each at its own
+position, an attention mask per row hiding the columns it does not own). When a request stops (end
+of sequence, or ``max_new_tokens``), its row is freed and the next queued request takes a row: that
+request's prompt is computed alone (batch 1, image included, as a one-request ``generate`` computes
+it), its keys and values are copied in and its first token read from that forward. Once the queue
+is empty the tail decodes at the batch size it has, not the one it started with.
+
+Rows are kept longest first (finished rows close up, a new request goes to its place by length):
+attention is computed in contiguous groups of rows of similar length, each over the columns of its
+own longest row (:mod:`capjudge.backends.hf.slot_attention`), so a step reads about each row's own
+columns rather than every row as many as the longest answer holds.
 
 Tokens and per-step logits are those of one-request greedy decoding (float64 on CPU to 1e-9,
 ``tests/test_hf_refill.py``). Memory is bounded by ``slots`` rows of (longest prompt + longest
@@ -25,7 +30,6 @@ back to the batched ``generate`` (noted in ``Completion.meta["refill"]``).
 
 from __future__ import annotations
 
-import functools
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -35,6 +39,8 @@ from capjudge.backends.base import Completion, ContextLengthError, Request
 from capjudge.backends.hf.adapters import adapter_for, attention_layout
 from capjudge.backends.hf.prefix import generation_config_change
 from capjudge.backends.hf.prefix_host import PrefixHost
+from capjudge.backends.hf.slot_attention import grouped, plan_groups
+from capjudge.backends.hf.slots import SlotCache
 from capjudge.backends.hf.stops import rule_reached
 from capjudge.core.redact import get_logger
 
@@ -45,102 +51,6 @@ LONG_ANSWER = 128
 
 USED = "used"
 """``Completion.meta["refill"]`` of an answer decoded with slot refill."""
-
-
-@functools.lru_cache(maxsize=1)
-def _slot_layer_class() -> Any:
-    """A transformers cache layer over a ``(slots, heads, columns, dim)`` buffer in which every row
-    writes its new key at its own column (defined on first use: transformers is optional)."""
-    from transformers.cache_utils import DynamicLayer
-
-    class SlotLayer(DynamicLayer):  # type: ignore[misc]
-        """Keys and values of one attention layer, one row per slot."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.buf_k: Any = None
-            self.buf_v: Any = None
-            self.rows = 0  # busy slots (rows 0..rows-1) in the next forward
-            self.row_index: Any = None  # arange(rows), made once per step
-            self.columns: Any = None  # (rows,) long: the column each row's new key goes to
-            self.width = 0  # columns handed to attention
-
-        def put(self, slot: int, keys: Any, values: Any, capacity: int) -> None:
-            """Write a prompt's keys and values ``(1, heads, n, dim)`` at the start of ``slot``."""
-            n = keys.shape[-2]
-            b = self.buf_k
-            if b is None or b.shape[1] != keys.shape[1] or b.shape[-1] != keys.shape[-1] or b.dtype != keys.dtype or b.device != keys.device:
-                raise RuntimeError("slot buffers not allocated for these keys")
-            if b.shape[-2] < capacity:
-                self.grow(capacity)
-            self.buf_k[slot, :, :n] = keys[0]
-            self.buf_v[slot, :, :n] = values[0]
-
-        def allocate(self, slots: int, like: Any, capacity: int) -> None:
-            """Empty buffers of ``slots`` rows and ``capacity`` columns shaped like ``like``."""
-            shape = (slots, like.shape[1], capacity, like.shape[-1])
-            self.buf_k, self.buf_v = like.new_zeros(shape), like.new_zeros(shape)
-
-        def grow(self, capacity: int) -> None:
-            """At least ``capacity`` columns (geometric growth), keeping what is written."""
-            old = self.buf_k.shape[-2]
-            shape = (*self.buf_k.shape[:2], max(capacity, old * 3 // 2), self.buf_k.shape[-1])
-            new_k, new_v = self.buf_k.new_zeros(shape), self.buf_v.new_zeros(shape)
-            new_k[:, :, :old] = self.buf_k
-            new_v[:, :, :old] = self.buf_v
-            self.buf_k, self.buf_v = new_k, new_v
-
-        def move(self, src: int, dst: int, n: int) -> None:
-            """Copy the first ``n`` columns of slot ``src`` into slot ``dst``."""
-            self.buf_k[dst, :, :n] = self.buf_k[src, :, :n]
-            self.buf_v[dst, :, :n] = self.buf_v[src, :, :n]
-
-        def update(self, key_states: Any, value_states: Any, *args: Any, **kwargs: Any) -> tuple[Any, Any]:
-            """Write each row's new key and value at its column; return the busy rows' first
-            ``width`` columns (the mask hides those a row does not own)."""
-            if not self.is_initialized:
-                self.lazy_initialization(key_states, value_states)
-            self.buf_k[self.row_index, :, self.columns] = key_states[:, :, 0]
-            self.buf_v[self.row_index, :, self.columns] = value_states[:, :, 0]
-            self.keys = self.buf_k[: self.rows, :, : self.width]
-            self.values = self.buf_v[: self.rows, :, : self.width]
-            return self.keys, self.values
-
-    return SlotLayer
-
-
-class SlotCache:
-    """One :func:`_slot_layer_class` layer per attention layer, and the transformers ``Cache`` over them."""
-
-    def __init__(self, n_layers: int) -> None:
-        from transformers.cache_utils import Cache
-
-        cls = _slot_layer_class()
-        self.layers = [cls() for _ in range(n_layers)]
-        self.cache = Cache(layers=list(self.layers))
-        self.slots = 0
-
-    def fill(self, slot: int, prompt_cache: Any, slots: int, capacity: int) -> None:
-        """Copy a batch-1 ``DynamicCache`` (a prompt's forward) into ``slot``."""
-        for layer, src in zip(self.layers, prompt_cache.layers, strict=True):
-            if layer.buf_k is None:
-                layer.allocate(slots, src.keys, capacity)
-            layer.put(slot, src.keys, src.values, capacity)
-        self.slots = slots
-
-    def move(self, src: int, dst: int, n: int) -> None:
-        """Slot ``src``'s first ``n`` columns into slot ``dst``."""
-        for layer in self.layers:
-            layer.move(src, dst, n)
-
-    def step(self, rows: int, columns: Any, width: int) -> Any:
-        """The cache for a forward of ``rows`` busy slots writing at ``columns``."""
-        import torch
-
-        index = torch.arange(rows, device=columns.device)
-        for layer in self.layers:
-            layer.rows, layer.columns, layer.width, layer.row_index = rows, columns, width, index
-        return self.cache
 
 
 @dataclass
@@ -181,8 +91,11 @@ class Refiller:
         self.unsupported = self._why_not()
         if self.unsupported:
             log.info("slot refill off for %s: %s; long answers use batched generate", host.model, self.unsupported)
+        # Attention in groups of rows of similar length (slot_attention) where the model uses SDPA.
+        self.grouping = self.unsupported is None and (getattr(self.text_config, "_attn_implementation", None) or "sdpa") == "sdpa"
         self.forwards = 0
         self.prefills = 0
+        self.grouped_calls = 0  # attention calls (layers x steps) computed in several groups
 
     def _why_not(self) -> str | None:
         reason = self.adapter.why_not(self.host.net.config)
@@ -274,8 +187,9 @@ class Refiller:
         answer.meta["refill"] = USED
         out.answers[slot.index] = answer
 
-    def _start(self, queue: deque[int], requests: Sequence[Request], kv: SlotCache, at: int, slots: int, capacity: int, out: RefillOutcome) -> _Slot | None:
-        """Prefill queued requests into slot ``at`` until one needs decoding steps (None: queue empty)."""
+    def _start(self, queue: deque[int], requests: Sequence[Request], out: RefillOutcome) -> tuple[_Slot, Any] | None:
+        """Prefill queued requests until one needs decoding steps: that one and its prompt's cache
+        (None: queue empty)."""
         while queue:
             i = queue.popleft()
             got = self._prefill(i, requests[i])
@@ -287,10 +201,17 @@ class Refiller:
             if slot.done:
                 self._finish(slot, out)
                 continue
-            need = slot.n_prompt + slot.request.config.max_new_tokens
-            kv.fill(at, cache, slots, max(capacity, need))
-            return slot
+            return slot, cache
         return None
+
+    @staticmethod
+    def _insert(busy: list[_Slot], kv: SlotCache, slot: _Slot, cache: Any, slots: int, capacity: int) -> None:
+        """Put ``slot`` in the row that keeps the rows longest first (later rows move down one)."""
+        at = next((k for k, s in enumerate(busy) if s.length < slot.length), len(busy))
+        for k in range(len(busy) - 1, at - 1, -1):
+            kv.move(k, k + 1, busy[k].length)
+        kv.fill(at, cache, slots, max(capacity, slot.n_prompt + slot.request.config.max_new_tokens))
+        busy.insert(at, slot)
 
     def _decode(self, requests: Sequence[Request], mine: list[int], out: RefillOutcome) -> None:
         torch = self._torch
@@ -300,51 +221,62 @@ class Refiller:
         # Columns: room for the longest answer after a prompt (grown when a longer prompt comes).
         capacity = max(requests[i].config.max_new_tokens for i in mine) + 256
         kv = SlotCache(int(getattr(self.text_config, "num_hidden_layers", 0) or 0))
-        busy: list[_Slot] = []
-        for at in range(slots):
-            s = self._start(queue, requests, kv, at, slots, capacity, out)
-            if s is None:
-                break
-            busy.append(s)
+        busy: list[_Slot] = []  # busy[k] decodes in row k; rows longest first
+        self._refill_rows(busy, kv, queue, requests, slots, capacity, out)
         dtype = self.host.net.get_input_embeddings().weight.dtype
         lowest = torch.finfo(dtype).min
+        groups: tuple[tuple[int, int], ...] = ()
         while busy:
             m = len(busy)
-            lengths = torch.tensor([s.length for s in busy], device=dev)
-            width = int(lengths.max()) + 1
+            lengths = [s.length for s in busy]
+            if not groups:  # rows changed: plan again
+                groups = plan_groups(lengths) if self.grouping else ((0, m),)
+            columns = torch.tensor(lengths, device=dev)
+            width = max(lengths) + 1
             mask = torch.full((m, 1, 1, width), lowest, dtype=dtype, device=dev)
-            mask.masked_fill_(torch.arange(width, device=dev)[None, None, None, :] <= lengths[:, None, None, None], 0.0)
+            mask.masked_fill_(torch.arange(width, device=dev)[None, None, None, :] <= columns[:, None, None, None], 0.0)
             positions = torch.tensor([[s.length + s.offset] for s in busy], device=dev)
             ids = torch.tensor([[s.gen[-1]] for s in busy], device=dev)
-            cache = kv.step(m, lengths, width)
-            logits = self.host.net(
-                input_ids=ids,
-                attention_mask=self._masks(mask),
-                position_ids=self.adapter.positions(positions),
-                past_key_values=cache,
-                use_cache=True,
-            ).logits
+            cache = kv.step(m, columns, width)
+            with grouped(self.text_config, groups, lengths) as plan:
+                logits = self.host.net(
+                    input_ids=ids,
+                    attention_mask=self._masks(mask),
+                    position_ids=self.adapter.positions(positions),
+                    past_key_values=cache,
+                    use_cache=True,
+                ).logits
             self.forwards += 1
+            self.grouped_calls += plan.calls
             logits = self._float(logits[:, -1])
             for k, (s, token) in enumerate(zip(busy, logits.argmax(-1).tolist())):
                 s.length += 1
                 self._push(s, logits[k], token)
-            at = 0
-            while at < len(busy):
-                s = busy[at]
-                if not s.done:
-                    at += 1
-                    continue
+            if any(s.done for s in busy):
+                self._drop_finished(busy, kv, out)
+                self._refill_rows(busy, kv, queue, requests, slots, capacity, out)
+                groups = ()
+
+    def _drop_finished(self, busy: list[_Slot], kv: SlotCache, out: RefillOutcome) -> None:
+        """Answer the finished rows and close the gaps (the others move up, keeping their order)."""
+        kept = 0
+        for k, s in enumerate(list(busy)):
+            if s.done:
                 self._finish(s, out)
-                nxt = self._start(queue, requests, kv, at, slots, capacity, out)
-                if nxt is not None:
-                    busy[at] = nxt
-                    at += 1
-                    continue
-                last = busy.pop()  # queue empty: the last busy slot moves into this one
-                if last is not s:  # examined again at ``at`` (it may have stopped too)
-                    kv.move(len(busy), at, last.length)
-                    busy[at] = last
+                continue
+            if k != kept:
+                kv.move(k, kept, s.length)
+            busy[kept] = s
+            kept += 1
+        del busy[kept:]
+
+    def _refill_rows(self, busy: list[_Slot], kv: SlotCache, queue: deque[int], requests: Sequence[Request], slots: int, capacity: int, out: RefillOutcome) -> None:
+        """Fill free rows from the queue, each new request in its place by length."""
+        while len(busy) < slots:
+            got = self._start(queue, requests, out)
+            if got is None:
+                return
+            self._insert(busy, kv, got[0], got[1], slots, capacity)
 
     def _masks(self, mask: Any) -> Any:
         """The one mask, or one per layer kind where the model maps layers to kinds."""
