@@ -51,6 +51,15 @@ def tiny_vlm(tmp_path_factory: pytest.TempPathFactory) -> Callable[[str], Path]:
 
 
 @pytest.fixture(scope="session")
+def endless_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny thinking model that reasons until its token limit: ``max_new_tokens`` plants each
+    answer's length (slot refill and decode-graph tests)."""
+    from capjudge.testing.tiny_thinking import build_tiny_thinking_vlm
+
+    return build_tiny_thinking_vlm(tmp_path_factory.mktemp("tiny-endless"), endless=True)
+
+
+@pytest.fixture(scope="session")
 def hf_backend(tiny_llava_dir: Path):
     """The tiny model loaded through the real HF backend (shared: loading costs ~1 s)."""
     from capjudge.backends.hf import HFBackend

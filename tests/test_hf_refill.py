@@ -17,44 +17,15 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("torchvision")
 
-from capjudge.backends.base import GenerationConfig, Message, Request  # noqa: E402
+from capjudge.backends.base import GenerationConfig, Request  # noqa: E402
 from capjudge.backends.hf import HFBackend  # noqa: E402
 from capjudge.backends.hf.slot_attention import plan_groups  # noqa: E402
-from capjudge.data.images import load_image  # noqa: E402
+from refill_helpers import plain_logprobs, requests_of  # noqa: E402
 
 pytestmark = pytest.mark.hf
 
 LENGTHS = [140, 190, 128, 170, 135, 150, 260]  # planted: the endless model runs to its token limit
 TOL = 1e-9
-
-
-@pytest.fixture(scope="module")
-def endless_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from capjudge.testing.tiny_thinking import build_tiny_thinking_vlm
-
-    return build_tiny_thinking_vlm(tmp_path_factory.mktemp("tiny-endless"), endless=True)
-
-
-def _requests(example_images: list[Path], lengths: list[int]) -> list[Request]:
-    imgs = [load_image(p) for p in example_images]
-    return [
-        Request((Message("user", f"describe {i}: a cat on a bed", images=(imgs[i % 2],)),), GenerationConfig(max_new_tokens=n, top_logprobs=3))
-        for i, n in enumerate(lengths)
-    ]
-
-
-def _plain_logprobs(be: HFBackend, req: Request, gen: list[int]) -> Any:
-    """Log-probabilities of every answer position from one forward over prompt + answer."""
-    torch = be._torch
-    enc = be.encode([req])
-    n = enc["input_ids"].shape[1]
-    ids = torch.cat([enc["input_ids"], torch.tensor([gen], dtype=torch.long)], dim=1)
-    extra = {k: v for k, v in enc.items() if k not in ("input_ids", "attention_mask", "mm_token_type_ids")}
-    if "mm_token_type_ids" in enc:
-        extra["mm_token_type_ids"] = torch.cat([enc["mm_token_type_ids"], torch.zeros((1, len(gen)), dtype=enc["mm_token_type_ids"].dtype)], dim=1)
-    with torch.inference_mode():
-        logits = be.net(input_ids=ids, attention_mask=torch.ones_like(ids), **extra).logits[0, n - 1 :]
-    return torch.log_softmax(logits.double(), dim=-1)
 
 
 @pytest.mark.parametrize("call_cost", [0, None])
@@ -66,7 +37,7 @@ def test_refilled_slots_equal_one_plain_forward_in_float64(endless_model: Path, 
         monkeypatch.setattr(refill, "plan_groups", functools.partial(plan_groups, call_cost=call_cost))
     be = HFBackend(str(endless_model), dtype="float64", batch_size=3, thinking_budget=0)
     try:
-        reqs = _requests(example_images, LENGTHS)
+        reqs = requests_of(example_images, LENGTHS)
         out = be.generate(reqs)
         assert be._refill is not None
         assert be._refill.prefills == len(reqs)
@@ -79,7 +50,7 @@ def test_refilled_slots_equal_one_plain_forward_in_float64(endless_model: Path, 
             assert c.meta["refill"] == "used" and "prefix_reuse" not in c.meta
             assert c.finish_reason == "length" and len(c.steps) == req.config.max_new_tokens
             gen = be.tokenizer.convert_tokens_to_ids([s.token for s in c.steps])
-            logp = _plain_logprobs(be, req, gen)
+            logp = plain_logprobs(be, req, gen)
             assert logp[: len(gen)].argmax(-1).tolist() == gen
             for t, step in enumerate(c.steps):
                 assert step.logprob == pytest.approx(float(logp[t, gen[t]]), abs=TOL)
@@ -95,7 +66,7 @@ def test_refill_matches_one_request_at_a_time_and_can_be_turned_off(endless_mode
     be = HFBackend(str(endless_model), batch_size=2, thinking_budget=0)
     off = HFBackend(str(endless_model), batch_size=1, thinking_budget=0, refill="false", prefix_reuse=False)
     try:
-        reqs = _requests(example_images, [136, 164, 128, 148])
+        reqs = requests_of(example_images, [136, 164, 128, 148])
         short = Request(reqs[0].messages, GenerationConfig(max_new_tokens=6, top_logprobs=2))  # short: not refilled
         got = be.generate([*reqs, short])
         ref = [off.generate([r])[0] for r in [*reqs, short]]
@@ -116,7 +87,7 @@ def test_a_prompt_too_long_is_its_own_error_and_the_others_are_answered(endless_
 
     be = HFBackend(str(endless_model), batch_size=2, thinking_budget=0)
     try:
-        reqs = _requests(example_images, [140, 5000, 134])
+        reqs = requests_of(example_images, [140, 5000, 134])
         out = be.generate(reqs)
         assert isinstance(out[1], ContextLengthError)
         assert [len(out[i].steps) for i in (0, 2)] == [140, 134]
@@ -124,22 +95,24 @@ def test_a_prompt_too_long_is_its_own_error_and_the_others_are_answered(endless_
         be.close()
 
 
+@pytest.mark.parametrize("graphs", ["off", "on"])
 @pytest.mark.parametrize("arch", ["llava_next", "llava_onevision", "qwen2_vl", "qwen2_5_vl", "idefics3", "internvl", "mistral3", "gemma3", "paligemma"])
-def test_every_architecture_refills_exactly_or_falls_back(tiny_vlm: Any, example_images: list[Path], arch: str) -> None:
+def test_every_architecture_refills_exactly_or_falls_back(tiny_vlm: Any, example_images: list[Path], arch: str, graphs: str) -> None:
     """Each tiny architecture: the refill path's answers equal one plain forward in float64, or
-    (sliding windows, prefix-LM attention) the answers say why they were decoded otherwise."""
-    be = HFBackend(str(tiny_vlm(arch)), dtype="float64", batch_size=2)
+    (sliding windows, prefix-LM attention) the answers say why they were decoded otherwise; with
+    ``decode_graphs=on`` through the fixed-shape steps (tests/test_hf_graphs.py)."""
+    be = HFBackend(str(tiny_vlm(arch)), dtype="float64", batch_size=2, decode_graphs=graphs)
     try:
-        reqs = _requests(example_images, [130, 128, 140])
+        reqs = requests_of(example_images, [130, 128, 140])
         out = be.generate(reqs)
         assert be._refill is not None
         if be._refill.unsupported:
             assert all(c.meta["refill"].startswith("fallback: ") for c in out)
             return
         for req, c in zip(reqs, out):
-            assert c.meta["refill"] == "used"
+            assert c.meta["refill"] == "used" and c.meta.get("decode_graphs") == ("used" if graphs == "on" else None)
             gen = be.tokenizer.convert_tokens_to_ids([s.token for s in c.steps])
-            logp = _plain_logprobs(be, req, gen)
+            logp = plain_logprobs(be, req, gen)
             assert logp[: len(gen)].argmax(-1).tolist() == gen
             if c.finish_reason == "stop":
                 assert int(logp[len(gen)].argmax()) in be.eos_ids

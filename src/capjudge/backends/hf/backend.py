@@ -41,6 +41,7 @@ from capjudge.backends.base import (
     Usage,
 )
 from capjudge.backends.hf.context import context_error, context_limit
+from capjudge.backends.hf.graphs import mode as graphs_mode
 from capjudge.backends.hf.identity import model_identity
 from capjudge.backends.hf.loading import (
     check_4bit_packages,
@@ -99,6 +100,11 @@ class HFBackend(Backend):
         Decode long greedy answers (``max_new_tokens`` of at least 128: reasoning, descriptions)
         in ``batch_size`` slots, each refilled from the queue as soon as its answer ends (default
         on; see :mod:`capjudge.backends.hf.refill`); results equal independent decoding.
+    decode_graphs:
+        Decoding steps of slot refill at fixed shapes, captured once as CUDA graphs and replayed
+        (:mod:`capjudge.backends.hf.graphs`): ``"auto"`` (default: on CUDA), ``"on"`` (on a CPU the
+        same fixed-shape steps without a graph), ``"off"``. Each captured step is checked against
+        the eager step before it is used.
     thinking, thinking_budget, reasoning_markers:
         Thinking models (:mod:`capjudge.backends.thinking`): ``"on"``/``"off"`` render the chat
         template with ``enable_thinking`` (a usage error on a template without it), ``"auto"`` its
@@ -124,6 +130,7 @@ class HFBackend(Backend):
         system_policy: str | None = None,
         prefix_reuse: bool = True,
         refill: bool = True,
+        decode_graphs: str = "auto",
         local_files_only: bool | None = None,
         attn_implementation: str | None = None,
         trust_remote_code: bool = False,
@@ -155,6 +162,7 @@ class HFBackend(Backend):
         self._warned_fold = False
         self.prefix_reuse = as_bool(prefix_reuse, "prefix_reuse")
         self.refill = as_bool(refill, "refill")
+        self.decode_graphs = graphs_mode(decode_graphs)
         self.thinking = parse_thinking({"thinking": thinking, "thinking_budget": thinking_budget, "reasoning_markers": reasoning_markers})
         if not self.thinking.default:  # a model without the switch fails before it loads
             hf_plan(model, self.thinking, template_text(model, local_files_only), self.chat_format, self.preset)
@@ -197,7 +205,7 @@ class HFBackend(Backend):
         # the PrefixHost interface it declares (capjudge.backends.hf.prefix).
         self._prefix: PrefixReuser | None = PrefixReuser(self) if self.prefix_reuse else None
         # Long answers: slots refilled from the queue (capjudge.backends.hf.refill).
-        self._refill: Refiller | None = Refiller(self, self.batch_size) if self.refill else None
+        self._refill: Refiller | None = Refiller(self, self.batch_size, self.decode_graphs) if self.refill else None
         self.capabilities = Capabilities(
             logprobs=True,
             max_top_logprobs=50,

@@ -37,6 +37,9 @@ from typing import Any
 
 from capjudge.backends.base import Completion, ContextLengthError, Request
 from capjudge.backends.hf.adapters import adapter_for, attention_layout
+from capjudge.backends.hf.graphs import USED as GRAPHS_USED
+from capjudge.backends.hf.graphs import GraphSteps, cuda_capture, eager_capture
+from capjudge.backends.hf.graphs import mode as graphs_mode
 from capjudge.backends.hf.prefix import generation_config_change
 from capjudge.backends.hf.prefix_host import PrefixHost
 from capjudge.backends.hf.slot_attention import grouped, plan_groups
@@ -78,7 +81,7 @@ class RefillOutcome:
 class Refiller:
     """Decodes long greedy answers in ``slots`` rows refilled from a queue (module doc)."""
 
-    def __init__(self, host: PrefixHost, slots: int) -> None:
+    def __init__(self, host: PrefixHost, slots: int, decode_graphs: str = "auto") -> None:
         import torch
 
         self.host = host
@@ -96,6 +99,11 @@ class Refiller:
         self.forwards = 0
         self.prefills = 0
         self.grouped_calls = 0  # attention calls (layers x steps) computed in several groups
+        # Fixed-shape steps replayed as CUDA graphs (graphs.py): on CUDA by default.
+        on_cuda = getattr(host.device, "type", str(host.device)) == "cuda"
+        self.graphs_mode = graphs_mode(decode_graphs)
+        self.use_graphs = self.graphs_mode == "on" or (self.graphs_mode == "auto" and on_cuda)
+        self.graph_steps: GraphSteps | None = None  # of the last call (its counters and failure)
 
     def _why_not(self) -> str | None:
         reason = self.adapter.why_not(self.host.net.config)
@@ -185,6 +193,9 @@ class Refiller:
         logits = torch.stack(slot.logits) if cfg.top_logprobs > 0 and slot.logits else None
         answer = self.host.completion_from_ids(slot.gen, logits, cfg, slot.n_prompt)
         answer.meta["refill"] = USED
+        if self.graph_steps is not None:
+            failed = self.graph_steps.failed
+            answer.meta["decode_graphs"] = GRAPHS_USED if failed is None else f"fallback: {failed}"
         out.answers[slot.index] = answer
 
     def _start(self, queue: deque[int], requests: Sequence[Request], out: RefillOutcome) -> tuple[_Slot, Any] | None:
@@ -225,30 +236,36 @@ class Refiller:
         self._refill_rows(busy, kv, queue, requests, slots, capacity, out)
         dtype = self.host.net.get_input_embeddings().weight.dtype
         lowest = torch.finfo(dtype).min
+
+        def forward(ids: Any, mask: Any, positions: Any) -> Any:
+            out = self.host.net(input_ids=ids, attention_mask=self._masks(mask), position_ids=self.adapter.positions(positions), past_key_values=kv.cache, use_cache=True)
+            return self._float(out.logits[:, -1])
+
+        self.graph_steps = None
+        if self.use_graphs:
+            capture = cuda_capture(torch, dev) if getattr(dev, "type", None) == "cuda" else eager_capture
+            self.graph_steps = GraphSteps(torch, kv, slots, forward, dtype, dev, capture)
         groups: tuple[tuple[int, int], ...] = ()
         while busy:
             m = len(busy)
             lengths = [s.length for s in busy]
-            if not groups:  # rows changed: plan again
-                groups = plan_groups(lengths) if self.grouping else ((0, m),)
-            columns = torch.tensor(lengths, device=dev)
-            width = max(lengths) + 1
-            mask = torch.full((m, 1, 1, width), lowest, dtype=dtype, device=dev)
-            mask.masked_fill_(torch.arange(width, device=dev)[None, None, None, :] <= columns[:, None, None, None], 0.0)
-            positions = torch.tensor([[s.length + s.offset] for s in busy], device=dev)
-            ids = torch.tensor([[s.gen[-1]] for s in busy], device=dev)
-            cache = kv.step(m, columns, width)
-            with grouped(self.text_config, groups, lengths) as plan:
-                logits = self.host.net(
-                    input_ids=ids,
-                    attention_mask=self._masks(mask),
-                    position_ids=self.adapter.positions(positions),
-                    past_key_values=cache,
-                    use_cache=True,
-                ).logits
+            logits = None
+            if self.graph_steps is not None and self.graph_steps.failed is None:
+                logits = self.graph_steps.logits([s.gen[-1] for s in busy], lengths, [s.length + s.offset for s in busy])
+            if logits is None:
+                if not groups:  # rows changed: plan again
+                    groups = plan_groups(lengths) if self.grouping else ((0, m),)
+                columns = torch.tensor(lengths, device=dev)
+                width = max(lengths) + 1
+                mask = torch.full((m, 1, 1, width), lowest, dtype=dtype, device=dev)
+                mask.masked_fill_(torch.arange(width, device=dev)[None, None, None, :] <= columns[:, None, None, None], 0.0)
+                positions = torch.tensor([[s.length + s.offset] for s in busy], device=dev)
+                ids = torch.tensor([[s.gen[-1]] for s in busy], device=dev)
+                kv.step(m, columns, width)
+                with grouped(self.text_config, groups, lengths) as plan:
+                    logits = forward(ids, mask, positions)
+                self.grouped_calls += plan.calls
             self.forwards += 1
-            self.grouped_calls += plan.calls
-            logits = self._float(logits[:, -1])
             for k, (s, token) in enumerate(zip(busy, logits.argmax(-1).tolist())):
                 s.length += 1
                 self._push(s, logits[k], token)

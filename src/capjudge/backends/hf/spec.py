@@ -10,6 +10,7 @@ from typing import Any
 
 from capjudge.backends.base import Backend, BackendError
 from capjudge.backends.hf.backend import HFBackend
+from capjudge.backends.hf.graphs import mode as graphs_mode
 from capjudge.backends.hf.identity import model_identity
 from capjudge.backends.hf.loading import check_4bit_packages, load_failure, local_only
 from capjudge.backends.hf.settings import check_system_policy, resolve_settings, usable_device
@@ -70,6 +71,8 @@ def check_options(spec: BackendSpec, **options: Any) -> dict[str, Any]:
             thinking_budget=settings.budget,
             reasoning_markers=settings.markers,
         )
+    if options.get("decode_graphs") is not None:
+        options["decode_graphs"] = graphs_mode(options["decode_graphs"])
     dtype = options.get("dtype")
     if dtype is not None and str(dtype) not in _DTYPES:
         raise OptionError(f"option dtype={dtype!r} is not one of {', '.join(_DTYPES)}")

@@ -1,0 +1,188 @@
+"""Slot-refill decoding steps as CUDA graphs: fixed shapes, captured once, replayed.
+
+A decoding step of a 7B model at a small batch is bound by kernel launches in eager mode (~20 ms a
+step on an H200 where the weights take ~3-4 ms to read): hundreds of small kernels, each launched
+from Python. :class:`GraphSteps` runs the steps of :mod:`capjudge.backends.hf.refill` at fixed
+shapes so that each can be captured once as a CUDA graph and replayed with one launch:
+
+* every step computes all ``slots`` rows of the :class:`~capjudge.backends.hf.slots.SlotCache`
+  (busy rows first, as the refiller keeps them; a free row decodes a dummy token at its column 0,
+  seen by no one, and its output is dropped);
+* attention reads a *bucket* of columns, the smallest power of two (at least
+  :data:`BUCKET_MIN`) holding the longest row, each row masked to its own columns; one graph per
+  bucket, captured the first time the bucket is needed;
+* the inputs (tokens, positions, the column each row writes) are copied into tensors the graph
+  reads; the mask is built inside the graph from the columns.
+
+Correctness is checked where it matters, on the device: the first step of every bucket is computed
+eagerly and by the freshly captured graph, and the graph is used only if both agree (the same
+greedy tokens, logits within a tolerance); otherwise, or if capture fails (an architecture whose
+forward synchronises with the host), the refiller goes on eagerly and the answers say why
+(``Completion.meta["decode_graphs"]``). A longer prompt that grows the key/value buffers drops the
+graphs (they read the old buffers) and they are captured again.
+
+Without CUDA the same fixed-shape steps run with :func:`eager_capture`, which replays by calling
+the step again and writing into the captured output, the way a graph writes its outputs: the tests
+check that path on the CPU (``decode_graphs=on``), the real capture runs on CUDA only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from capjudge.backends.hf.slots import SlotCache
+from capjudge.backends.options import OptionError
+from capjudge.core.redact import get_logger
+
+log = get_logger(__name__)
+
+MODES = ("auto", "on", "off")
+"""``decode_graphs`` values: ``auto`` (graphs on CUDA, eager elsewhere), ``on``, ``off``."""
+
+BUCKET_MIN = 256
+"""The smallest column bucket of a captured step."""
+
+USED = "used"
+"""``Completion.meta["decode_graphs"]`` of an answer whose steps were replayed graphs."""
+
+Capture = Callable[[Callable[[], Any]], Callable[[], Any]]
+"""Takes a step (a function of the fixed input tensors returning its output tensor) and returns
+the replay: a function running the step again and returning the same output tensor."""
+
+
+def mode(value: Any) -> str:
+    """``decode_graphs`` checked: one of :data:`MODES` (yes/no words map to on/off)."""
+    text = str(value).strip().lower()
+    text = {"true": "on", "1": "on", "yes": "on", "false": "off", "0": "off", "no": "off"}.get(text, text)
+    if text not in MODES:
+        raise OptionError(f"option decode_graphs={value!r} is not one of {', '.join(MODES)}")
+    return text
+
+
+def bucket(width: int, capacity: int) -> int:
+    """Columns a step computes for rows of at most ``width`` columns: a power of two, at least
+    :data:`BUCKET_MIN`, at most the buffers' ``capacity``."""
+    size = BUCKET_MIN
+    while size < width:
+        size *= 2
+    return max(width, min(size, capacity))
+
+
+def eager_capture(step: Callable[[], Any]) -> Callable[[], Any]:
+    """Graph semantics without a graph: the output tensor of the first call, rewritten by every replay."""
+    out = step()
+
+    def replay() -> Any:
+        out.copy_(step())
+        return out
+
+    return replay
+
+
+def cuda_capture(torch: Any, device: Any) -> Capture:
+    """Capture on ``device`` as a CUDA graph (warm-up on a side stream, one memory pool for all)."""
+    pool = torch.cuda.graph_pool_handle()
+
+    def capture(step: Callable[[], Any]) -> Callable[[], Any]:
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):  # lazy initialisation and allocator warm-up outside the graph
+                step()
+        torch.cuda.current_stream(device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=pool):
+            out = step()
+
+        def replay() -> Any:
+            graph.replay()
+            return out
+
+        return replay
+
+    return capture
+
+
+class GraphSteps:
+    """Fixed-shape decoding steps over a :class:`SlotCache` of ``slots`` rows (module doc).
+
+    ``forward(ids, mask, positions)`` runs the model's step on the cache and returns its last
+    position's logits, at least float32 (the refiller's forward with the adapter's positions and
+    masks)."""
+
+    def __init__(self, torch: Any, kv: SlotCache, slots: int, forward: Callable[[Any, Any, Any], Any], dtype: Any, device: Any, capture: Capture) -> None:
+        self.torch, self.kv, self.slots, self.forward = torch, kv, int(slots), forward
+        self.dtype, self.device, self.capture = dtype, device, capture
+        self.lowest = torch.finfo(dtype).min
+        self.ids = torch.zeros((self.slots, 1), dtype=torch.long, device=device)
+        self.positions = torch.zeros((self.slots, 1), dtype=torch.long, device=device)
+        self.columns = torch.zeros((self.slots,), dtype=torch.long, device=device)
+        self.rows = torch.arange(self.slots, device=device)
+        self.graphs: dict[int, Callable[[], Any]] = {}
+        self.buffers: tuple[int, int] | None = None  # the buffers the graphs read (data pointers)
+        self.failed: str | None = None  # why graphs were given up (the refiller goes on eagerly)
+        self.replays = 0
+        self.captures = 0
+
+    def logits(self, tokens: Sequence[int], lengths: Sequence[int], positions: Sequence[int]) -> Any:
+        """The next-token logits ``(m, vocab)`` of the ``m`` busy rows (rows ``0..m-1``), each
+        writing its new key at column ``lengths[k]`` and reading columns ``0..lengths[k]``; None
+        when graphs failed (:attr:`failed` says why)."""
+        torch, m, pad = self.torch, len(lengths), self.slots - len(lengths)
+        first = self.kv.layers[0]
+        buffers = (first.buf_k.data_ptr(), first.buf_v.data_ptr())
+        if buffers != self.buffers:  # new or grown buffers: the graphs read the old ones
+            self.graphs.clear()
+            self.buffers = buffers
+        staged = torch.tensor([list(tokens) + [0] * pad, list(positions) + [0] * pad, list(lengths) + [0] * pad], dtype=torch.long)
+        staged = staged.to(self.device)
+        self.ids[:, 0].copy_(staged[0])
+        self.positions[:, 0].copy_(staged[1])
+        self.columns.copy_(staged[2])
+        width = bucket(max(lengths) + 1, self.kv.capacity)
+        replay = self.graphs.get(width)
+        if replay is None:
+            replay = self._capture(width, m)
+            if replay is None:
+                return None
+        self.replays += 1
+        return replay()[:m]
+
+    def _step(self, width: int) -> Callable[[], Any]:
+        torch = self.torch
+        span = torch.arange(width, device=self.device)[None, None, None, :]
+
+        def step() -> Any:
+            mask = torch.full((self.slots, 1, 1, width), self.lowest, dtype=self.dtype, device=self.device)
+            mask.masked_fill_(span <= self.columns[:, None, None, None], 0.0)
+            self.kv.step(self.slots, self.columns, width, self.rows)
+            return self.forward(self.ids, mask, self.positions)
+
+        return step
+
+    def _capture(self, width: int, m: int) -> Callable[[], Any] | None:
+        """Capture the step of ``width`` columns and check it against the eager step (the same
+        inputs write the same keys, so running it again changes nothing)."""
+        step = self._step(width)
+        try:
+            expected = step()[:m].clone()
+            replay = self.capture(step)
+            got = replay()[:m]
+        except Exception as exc:  # noqa: BLE001 - any capture failure: decode eagerly
+            self._give_up(f"capture failed ({type(exc).__name__}: {str(exc)[:200]})")
+            return None
+        self.captures += 1
+        scale = float(expected.abs().max()) if expected.numel() else 1.0
+        same = bool((got.argmax(-1) == expected.argmax(-1)).all()) and float((got - expected).abs().max()) <= 1e-3 * max(1.0, scale)
+        if not same:
+            self._give_up("replayed step differs from the eager step")
+            return None
+        self.graphs[width] = replay
+        return replay
+
+    def _give_up(self, why: str) -> None:
+        self.failed = why
+        self.graphs.clear()
+        log.warning("decode graphs off: %s; decoding eagerly", why)
+        return None
