@@ -34,6 +34,10 @@ ALLOWED_FOREIGN_PRIVATES = {
     ("backends/llamacpp/", "_batch"),
     ("backends/llamacpp/", "_logger"),
     ("backends/llamacpp/", "_init_mtmd_context"),
+    # transformers reads a model's attention implementation off its config at every forward and has
+    # no public per-forward switch (set_attn_implementation walks every module): slot refill sets
+    # the text config's for the duration of one step (backends/hf/slot_attention.py).
+    ("backends/hf/slot_attention.py", "_attn_implementation"),
 }
 
 

@@ -187,15 +187,16 @@ def test_context_overflow_stays_a_per_request_error(fast, example_images) -> Non
 
 
 
-@pytest.mark.parametrize("attn", ["sdpa", "eager"])
-def test_packed_path_equals_one_plain_forward_in_float64(tiny_llava_dir: Path, example_images, attn: str) -> None:
+@pytest.mark.parametrize(("attn", "graphs"), [("sdpa", "off"), ("eager", "off"), ("sdpa", "on")])
+def test_packed_path_equals_one_plain_forward_in_float64(tiny_llava_dir: Path, example_images, attn: str, graphs: str) -> None:
     """Each answer of the packed path, teacher-forced through one plain forward of its whole prompt:
     same greedy tokens, same log-probabilities to 1e-10 (float64 leaves no rounding to hide in;
     eager attention takes its softmax in float32 whatever the model's dtype: float32's relative
     precision (1.2e-7) on log-probabilities of up to ~40 in size allows 5e-6 there; measured up to
-    1.4e-6, depending on the image processor's pixels)."""
+    1.4e-6, depending on the image processor's pixels). ``graphs=on``: the decoding steps at fixed
+    shapes (backends/hf/graphs.py, the CPU stand-in of CUDA graphs)."""
     tol = 1e-10 if attn == "sdpa" else 5e-6
-    be = HFBackend(str(tiny_llava_dir), dtype="float64", attn_implementation=attn)
+    be = HFBackend(str(tiny_llava_dir), dtype="float64", attn_implementation=attn, decode_graphs=graphs)
     torch = be._torch
     try:
         imgs = [load_image(p) for p in example_images]
@@ -206,6 +207,10 @@ def test_packed_path_equals_one_plain_forward_in_float64(tiny_llava_dir: Path, e
         assert be.prefix_stats.prefix_forwards == 2 and be.prefix_stats.rows == len(reqs)
         assert be.prefix_stats.draft_tokens_accepted > 0
         assert be.prefix_stats.head_reused == 2  # the system sentence's keys kept from the call before
+        if graphs == "on":
+            steps = be._prefix.packed
+            assert steps and all(s.failed is None for s in steps.values()) and sum(s.replays for s in steps.values()) > 0
+            assert {g.meta.get("decode_graphs") for g in grouped} == {"used"}
         be._prefix.release()  # the kept buffers freed: computed afresh, same numbers
         again = be.generate(reqs[:4])
         for a, b in zip(again, grouped[:4]):

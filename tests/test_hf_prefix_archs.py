@@ -79,11 +79,14 @@ def _teacher_forced(be: HFBackend, req: Request, gen: list[int]):
 WINDOWED = [pytest.param("gemma3", 24, id="gemma3-window24"), pytest.param("mistral3", 24, id="mistral3-window24")]
 
 
+@pytest.mark.parametrize("graphs", ["off", "on"])
 @pytest.mark.parametrize(("arch", "window"), [pytest.param(a, None, id=a) for a in SUPPORTED] + WINDOWED)
-def test_packed_path_equals_plain_decoding_in_float64(arch: str, window: int | None, tiny_vlm, tmp_path_factory, example_images) -> None:
+def test_packed_path_equals_plain_decoding_in_float64(arch: str, window: int | None, graphs: str, tiny_vlm, tmp_path_factory, example_images) -> None:
+    """``graphs=on``: the decoding steps at fixed shapes (the CPU stand-in of CUDA graphs), except
+    with sliding-window layers, which keep the per-step masks."""
     folder = _model(tiny_vlm, arch, tmp_path_factory, window)
     chat = ARCHITECTURES[arch].chat_format
-    be = HFBackend(str(folder), dtype="float64", chat_format=chat)
+    be = HFBackend(str(folder), dtype="float64", chat_format=chat, decode_graphs=graphs)
     plain = HFBackend(str(folder), dtype="float64", chat_format=chat, prefix_reuse=False)
     try:
         assert be._prefix is not None and be._prefix.unsupported is None and be.capabilities.prefix_reuse
@@ -96,6 +99,11 @@ def test_packed_path_equals_plain_decoding_in_float64(arch: str, window: int | N
         grouped = be.generate(reqs)
         assert be.prefix_stats.prefix_forwards == 2 and be.prefix_stats.rows == len(reqs)
         assert be.prefix_stats.head_reused >= 1
+        windowless = all(w is None for w in be._prefix.layout.windows.values())
+        assert be._prefix.use_graphs == (graphs == "on" and windowless)
+        if be._prefix.use_graphs and any(len(g.steps) > 2 for g in grouped):
+            assert sum(s.replays for s in be._prefix.packed.values()) > 0
+            assert all(s.failed is None for s in be._prefix.packed.values())
         for req, g in zip(reqs, grouped):
             assert not isinstance(g, BaseException), g
             assert g.meta["prefix_reuse"] == "used"

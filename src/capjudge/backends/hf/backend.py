@@ -203,7 +203,7 @@ class HFBackend(Backend):
         self.digit_ids = self._digit_token_ids()
         # Captions of one image from one prefix pass; the reuser reaches this backend only through
         # the PrefixHost interface it declares (capjudge.backends.hf.prefix).
-        self._prefix: PrefixReuser | None = PrefixReuser(self) if self.prefix_reuse else None
+        self._prefix: PrefixReuser | None = PrefixReuser(self, decode_graphs=self.decode_graphs) if self.prefix_reuse else None
         # Long answers: slots refilled from the queue (capjudge.backends.hf.refill).
         self._refill: Refiller | None = Refiller(self, self.batch_size, self.decode_graphs) if self.refill else None
         self.capabilities = Capabilities(

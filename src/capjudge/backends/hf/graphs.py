@@ -104,7 +104,48 @@ def cuda_capture(torch: Any, device: Any) -> Capture:
     return capture
 
 
-class GraphSteps:
+class _Captured:
+    """What both kinds of fixed-shape steps share: one captured step per column bucket, each
+    checked against the eager step before use, and giving up for the call on a failure."""
+
+    what = "slot refill"
+
+    def __init__(self, torch: Any, dtype: Any, device: Any, capture: Capture) -> None:
+        self.torch, self.dtype, self.device, self.capture = torch, dtype, device, capture
+        self.lowest = torch.finfo(dtype).min
+        self.graphs: dict[int, Callable[[], Any]] = {}
+        self.buffers: tuple[int, ...] = ()  # the buffers the graphs read (data pointers)
+        self.failed: str | None = None  # why graphs were given up (the caller goes on eagerly)
+        self.replays = 0
+        self.captures = 0
+
+    def _replay(self, width: int, step: Callable[[int], Callable[[], Any]], rows: int) -> Any:
+        """The step of ``width`` columns replayed (captured and checked the first time; its
+        first ``rows`` outputs); None when capture failed or differs."""
+        replay = self.graphs.get(width)
+        if replay is None:
+            fn = step(width)
+            try:
+                expected = fn()[:rows].clone()  # the same inputs write the same keys: harmless
+                replay = self.capture(fn)
+                got = replay()[:rows]
+            except Exception as exc:  # noqa: BLE001 - any capture failure: decode eagerly
+                return self._give_up(f"capture failed ({type(exc).__name__}: {str(exc)[:200]})")
+            self.captures += 1
+            scale = max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
+            if not (bool((got.argmax(-1) == expected.argmax(-1)).all()) and float((got - expected).abs().max()) <= 1e-3 * scale):
+                return self._give_up("replayed step differs from the eager step")
+            self.graphs[width] = replay
+        self.replays += 1
+        return replay()[:rows]
+
+    def _give_up(self, why: str) -> None:
+        self.failed = why
+        self.graphs.clear()
+        log.warning("decode graphs off (%s): %s; decoding eagerly", self.what, why)
+
+
+class GraphSteps(_Captured):
     """Fixed-shape decoding steps over a :class:`SlotCache` of ``slots`` rows (module doc).
 
     ``forward(ids, mask, positions)`` runs the model's step on the cache and returns its last
@@ -112,24 +153,18 @@ class GraphSteps:
     masks)."""
 
     def __init__(self, torch: Any, kv: SlotCache, slots: int, forward: Callable[[Any, Any, Any], Any], dtype: Any, device: Any, capture: Capture) -> None:
-        self.torch, self.kv, self.slots, self.forward = torch, kv, int(slots), forward
-        self.dtype, self.device, self.capture = dtype, device, capture
-        self.lowest = torch.finfo(dtype).min
+        super().__init__(torch, dtype, device, capture)
+        self.kv, self.slots, self.forward = kv, int(slots), forward
         self.ids = torch.zeros((self.slots, 1), dtype=torch.long, device=device)
         self.positions = torch.zeros((self.slots, 1), dtype=torch.long, device=device)
         self.columns = torch.zeros((self.slots,), dtype=torch.long, device=device)
         self.rows = torch.arange(self.slots, device=device)
-        self.graphs: dict[int, Callable[[], Any]] = {}
-        self.buffers: tuple[int, int] | None = None  # the buffers the graphs read (data pointers)
-        self.failed: str | None = None  # why graphs were given up (the refiller goes on eagerly)
-        self.replays = 0
-        self.captures = 0
 
     def logits(self, tokens: Sequence[int], lengths: Sequence[int], positions: Sequence[int]) -> Any:
         """The next-token logits ``(m, vocab)`` of the ``m`` busy rows (rows ``0..m-1``), each
         writing its new key at column ``lengths[k]`` and reading columns ``0..lengths[k]``; None
         when graphs failed (:attr:`failed` says why)."""
-        torch, m, pad = self.torch, len(lengths), self.slots - len(lengths)
+        torch, pad = self.torch, self.slots - len(lengths)
         first = self.kv.layers[0]
         buffers = (first.buf_k.data_ptr(), first.buf_v.data_ptr())
         if buffers != self.buffers:  # new or grown buffers: the graphs read the old ones
@@ -140,14 +175,7 @@ class GraphSteps:
         self.ids[:, 0].copy_(staged[0])
         self.positions[:, 0].copy_(staged[1])
         self.columns.copy_(staged[2])
-        width = bucket(max(lengths) + 1, self.kv.capacity)
-        replay = self.graphs.get(width)
-        if replay is None:
-            replay = self._capture(width, m)
-            if replay is None:
-                return None
-        self.replays += 1
-        return replay()[:m]
+        return self._replay(bucket(max(lengths) + 1, self.kv.capacity), self._step, len(lengths))
 
     def _step(self, width: int) -> Callable[[], Any]:
         torch = self.torch
@@ -161,28 +189,64 @@ class GraphSteps:
 
         return step
 
-    def _capture(self, width: int, m: int) -> Callable[[], Any] | None:
-        """Capture the step of ``width`` columns and check it against the eager step (the same
-        inputs write the same keys, so running it again changes nothing)."""
-        step = self._step(width)
-        try:
-            expected = step()[:m].clone()
-            replay = self.capture(step)
-            got = replay()[:m]
-        except Exception as exc:  # noqa: BLE001 - any capture failure: decode eagerly
-            self._give_up(f"capture failed ({type(exc).__name__}: {str(exc)[:200]})")
-            return None
-        self.captures += 1
-        scale = float(expected.abs().max()) if expected.numel() else 1.0
-        same = bool((got.argmax(-1) == expected.argmax(-1)).all()) and float((got - expected).abs().max()) <= 1e-3 * max(1.0, scale)
-        if not same:
-            self._give_up("replayed step differs from the eager step")
-            return None
-        self.graphs[width] = replay
-        return replay
 
-    def _give_up(self, why: str) -> None:
-        self.failed = why
-        self.graphs.clear()
-        log.warning("decode graphs off: %s; decoding eagerly", why)
-        return None
+PREFIX = -2
+"""Owner of the shared prefix's slots in :class:`PackedSteps` (every query sees them)."""
+
+
+class PackedSteps(_Captured):
+    """Fixed-shape decoding steps of the packed prefix path (:mod:`capjudge.backends.hf.prefix`):
+    every step feeds all ``b`` rows of a chunk (a finished row feeds a dummy token whose slot no one
+    sees) into the batch-1 :class:`~capjudge.backends.hf.kv.KVArena`, writing at slots given as a
+    tensor, and reads a bucket of slots; the mask (each query sees the prefix and the slots its row
+    owns) is built inside the step from the slots' owners.
+
+    ``forward(ids, mask, positions)`` runs the model's packed step on the arena's cache and returns
+    the ``b`` queries' logits ``(b, vocab)``, at least float32."""
+
+    what = "prefix reuse"
+
+    def __init__(self, torch: Any, arena: Any, b: int, forward: Callable[[Any, Any, Any], Any], dtype: Any, device: Any, capture: Capture) -> None:
+        super().__init__(torch, dtype, device, capture)
+        self.arena, self.b, self.forward = arena, int(b), forward
+        self.ids = torch.zeros((1, self.b), dtype=torch.long, device=device)
+        self.positions = torch.zeros((1, self.b), dtype=torch.long, device=device)
+        self.write_at = torch.zeros((self.b,), dtype=torch.long, device=device)
+        self.queries = torch.arange(self.b, device=device)[:, None]
+        self.owners: Any = None  # (capacity,) long: each slot's row, PREFIX, or -1 (seen by no one)
+
+    def logits(self, tokens: Sequence[int], positions: Sequence[int], owners: Sequence[int], prefix: int, capacity: int) -> Any:
+        """Logits ``(b, vocab)`` of one step: ``tokens`` at ``positions`` (one per row) written
+        into the last ``b`` of the slots whose ``owners`` are given (after the ``prefix`` slots,
+        this step's included); the arena holds them after it. None when graphs failed
+        (:attr:`failed` says why; the arena then holds the slots before this step)."""
+        torch, b = self.torch, self.b
+        filled = prefix + len(owners)
+        if self.arena.capacity < capacity or self.arena.buffers() != self.buffers:
+            self.arena.reserve(capacity)  # never-written slots zeroed (they are read, masked)
+            self.graphs.clear()
+            self.buffers = self.arena.buffers()
+            self.owners = torch.full((self.arena.capacity,), -1, dtype=torch.long, device=self.device)
+        staged = torch.tensor([list(tokens), list(positions), list(range(filled - b, filled))], dtype=torch.long).to(self.device)
+        self.ids[0].copy_(staged[0])
+        self.positions[0].copy_(staged[1])
+        self.write_at.copy_(staged[2])
+        self.owners[:filled].copy_(torch.tensor([PREFIX] * prefix + list(owners), dtype=torch.long).to(self.device))
+        self.owners[filled:].fill_(-1)
+        out = self._replay(bucket(filled, self.arena.capacity), self._step, b)
+        self.arena.fixed(None, 0)
+        self.arena.set_length(filled if out is not None else filled - b)
+        return out
+
+    def _step(self, width: int) -> Callable[[], Any]:
+        torch = self.torch
+
+        def step() -> Any:
+            owners = self.owners[:width][None, :]
+            seen = (owners == self.queries) | (owners == PREFIX)
+            mask = torch.full((1, 1, self.b, width), self.lowest, dtype=self.dtype, device=self.device)
+            mask.masked_fill_(seen[None, None], 0.0)
+            self.arena.fixed(self.write_at, width)
+            return self.forward(self.ids, mask, self.positions)
+
+        return step

@@ -32,6 +32,8 @@ def _layer_class() -> Any:
             self.buf_v: Any = None
             self.length = 0
             self.peak = 0  # most slots filled since the arena's last trim
+            self.write_at: Any = None  # fixed-shape steps: the slots (a tensor) the new keys go to
+            self.view = 0  # ... and the slots handed to attention
 
         def truncate(self, length: int) -> None:
             """Keep the first ``length`` slots (at most those filled); later writes go after them."""
@@ -44,7 +46,9 @@ def _layer_class() -> Any:
             b = self.buf_k
             return b is not None and b.shape[:2] == like.shape[:2] and b.shape[-1] == like.shape[-1] and b.dtype == like.dtype and b.device == like.device
 
-        def _grow(self, like: Any, needed: int) -> None:
+        def grow(self, like: Any, needed: int) -> None:
+            """Buffers shaped like ``like`` with room for ``needed`` slots (geometric growth), the
+            filled slots copied over."""
             old = 0 if self.buf_k is None else self.buf_k.shape[-2]
             shape = (*like.shape[:2], max(needed, old * 3 // 2), like.shape[-1])
             new_k, new_v = like.new_empty(shape), like.new_empty(shape)
@@ -57,12 +61,18 @@ def _layer_class() -> Any:
             """Write the new keys and values after the kept slots; return views of all of them."""
             if not self.is_initialized:
                 self.lazy_initialization(key_states, value_states)
+            if self.write_at is not None:  # a fixed-shape step (graphs.PackedSteps): no growth
+                self.buf_k[:, :, self.write_at] = key_states
+                self.buf_v[:, :, self.write_at] = value_states
+                self.keys = self.buf_k[:, :, : self.view]
+                self.values = self.buf_v[:, :, : self.view]
+                return self.keys, self.values
             if not self._fits(key_states):  # first use, or another batch size, width or dtype
                 self.buf_k = self.buf_v = None
                 self.length = 0
             n, m = self.length, key_states.shape[-2]
             if self.buf_k is None or self.buf_k.shape[-2] < n + m:
-                self._grow(key_states, n + m)
+                self.grow(key_states, n + m)
             self.buf_k[:, :, n : n + m] = key_states
             self.buf_v[:, :, n : n + m] = value_states
             self.length = n + m
@@ -91,6 +101,35 @@ class KVArena:
         for layer in self._layers:
             layer.truncate(length)
         return Cache(layers=list(self._layers))
+
+    def reserve(self, slots: int) -> None:
+        """Room for at least ``slots`` slots in every layer's buffers (kept slots copied), the
+        slots after the filled ones zeroed: a fixed-shape step reads them (masked, but a masked
+        NaN of never-written memory would still poison the attention sum)."""
+        for layer in self._layers:
+            if layer.buf_k is None:
+                continue
+            if layer.buf_k.shape[-2] < slots:
+                layer.grow(layer.buf_k, slots)
+            layer.buf_k[:, :, layer.length :].zero_()
+            layer.buf_v[:, :, layer.length :].zero_()
+
+    def fixed(self, write_at: Any, view: int) -> None:
+        """The next forwards write their keys at the slots ``write_at`` (a tensor) and attend to
+        the first ``view`` slots; ``fixed(None, 0)`` returns to appending."""
+        for layer in self._layers:
+            layer.write_at, layer.view = write_at, view
+
+    def set_length(self, length: int) -> None:
+        """Slots filled, after fixed-shape forwards wrote up to ``length``."""
+        for layer in self._layers:
+            layer.length = int(length)
+            layer.peak = max(layer.peak, layer.length)
+
+    def buffers(self) -> tuple[int, ...]:
+        """The buffers' addresses (a fixed-shape graph reads them: it must be captured again
+        after they move)."""
+        return tuple(layer.buf_k.data_ptr() for layer in self._layers if layer.buf_k is not None)
 
     @property
     def length(self) -> int:

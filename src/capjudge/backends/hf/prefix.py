@@ -53,6 +53,10 @@ from capjudge.backends.hf.adapters import (
     attention_layout,
     prefix_reuse_support,
 )
+from capjudge.backends.hf.genconfig import generation_config_change
+from capjudge.backends.hf.graphs import USED as GRAPHS_USED
+from capjudge.backends.hf.graphs import PackedSteps, cuda_capture, eager_capture
+from capjudge.backends.hf.graphs import mode as graphs_mode
 from capjudge.backends.hf.kv import KVArena
 from capjudge.backends.hf.prefix_host import (
     PREFIX_REUSE_MODEL_TYPES,
@@ -85,36 +89,6 @@ than the few head tokens save (LLaVA-OneVision, 3.9k-token prefix: 3.4 s vs 2.5 
 MAX_PACKED_TOKENS = 4096
 """Most suffix and draft tokens packed into one chunk (bounds the attention mask, and with eager
 attention the score matrix, whatever the captions' length)."""
-
-# Generation-config fields that leave greedy decoding as the fast path does it (no logits
-# processor, stop at an end-of-sequence id or ``max_new_tokens``); the backend's greedy call sets
-# do_sample, num_beams and the sampling knobs itself. Any other field that differs from its default
-# (a repetition penalty, a length penalty, stop strings, bad words, a watermark, ...) sends the
-# request through ``generate``.
-_NEUTRAL_GENERATION_FIELDS = frozenset(
-    {
-        "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id",
-        "max_length", "max_new_tokens", "do_sample", "num_beams", "num_return_sequences",
-        "temperature", "top_p", "top_k", "min_p", "typical_p", "epsilon_cutoff", "eta_cutoff",
-        "use_cache", "cache_implementation", "output_scores", "output_logits", "return_dict_in_generate",
-        "output_attentions", "output_hidden_states", "transformers_version", "_from_model_config",
-    }
-)  # fmt: skip
-
-
-def generation_config_change(net: Any) -> str | None:
-    """The fields of ``net``'s generation config (read at every call: it may be changed) that change
-    greedy decoding from what the fast paths do; None when there are none."""
-    gc = getattr(net, "generation_config", None)
-    if gc is None:
-        return None
-    try:
-        changed = set(gc.to_diff_dict())
-    except Exception:  # noqa: BLE001 - an unreadable config is not worth the risk
-        return "the model's generation config could not be read"
-    odd = sorted(changed - _NEUTRAL_GENERATION_FIELDS)
-    return f"the model's generation config sets {', '.join(odd)}" if odd else None
-
 
 @dataclass
 class _Row:
@@ -170,7 +144,7 @@ class PrefixReuser:
     (smaller groups are left to the backend's batched path, which batches across images).
     """
 
-    def __init__(self, host: PrefixHost, *, max_rows: int = MAX_ROWS, min_group: int = 2) -> None:
+    def __init__(self, host: PrefixHost, *, max_rows: int = MAX_ROWS, min_group: int = 2, decode_graphs: str = "auto") -> None:
         import torch
 
         self.host = host
@@ -189,6 +163,13 @@ class PrefixReuser:
             log.warning("prefix reuse off for %s: %s; every caption is decoded on its own", host.model, self.unsupported)
         self._arena = KVArena(int(getattr(self.text_config, "num_hidden_layers", 0) or 0))
         self._head: tuple[int, ...] = ()  # the tokens whose keys and values open the arena
+        # Fixed-shape decoding steps (graphs.PackedSteps) by chunk size: on CUDA by default, for
+        # models without sliding-window layers (their masks are built per step on the host).
+        graphs = graphs_mode(decode_graphs)
+        windowless = all(w is None for w in self.layout.windows.values())
+        self.use_graphs = windowless and (graphs == "on" or (graphs == "auto" and getattr(host.device, "type", None) == "cuda"))
+        self.packed: dict[int, PackedSteps] = {}
+        self._chunk_cache: Any = None
         self._logged: set[str] = set()
 
     # ------------------------------------------------------------------ eligibility
@@ -349,11 +330,13 @@ class PrefixReuser:
                     _Row(index=i, request=reqs[i], suffix=seqs[i][p:], n_prompt=len(seqs[i]), gen=[], logits=[])
                     for i in chunk
                 ]
-                self._decode_chunk(p, offset, rows)
+                graphs = self._decode_chunk(p, offset, rows)
                 for row in rows:
                     cfg = row.request.config
                     logits = torch.stack(row.logits) if cfg.top_logprobs > 0 and row.logits else None
-                    answers[row.index] = host.completion_from_ids(row.gen, logits, cfg, row.n_prompt)
+                    answers[row.index] = answer = host.completion_from_ids(row.gen, logits, cfg, row.n_prompt)
+                    if graphs:
+                        answer.meta["decode_graphs"] = graphs
                 self._learn_draft(rows)
         return answers  # type: ignore[return-value]
 
@@ -476,9 +459,10 @@ class PrefixReuser:
             masks[kind] = base.masked_fill(far[None, None], lowest)
         return masks if self.layout.mapping else next(iter(masks.values()))
 
-    def _decode_chunk(self, p: int, offset: int, rows: list[_Row]) -> None:
+    def _decode_chunk(self, p: int, offset: int, rows: list[_Row]) -> str | None:
         """Suffix forward (with the answer draft) and greedy decoding of one chunk of rows, packed
-        into one sequence after the shared prefix (see the module docstring)."""
+        into one sequence after the shared prefix (see the module docstring); returns how its
+        decoding steps ran where they were fixed-shape steps (``"used"``, ``"fallback: <why>"``)."""
         torch = self._torch
         dev = self.host.device
         b = len(rows)
@@ -526,7 +510,20 @@ class PrefixReuser:
                     break
             row.next_seq = p + len(row.suffix) + a
         active = [k for k, r in enumerate(rows) if not r.done]
+        self._chunk_cache = cache  # what the fixed-shape steps' forward runs on
+        packed = self._packed_steps(b) if active and self.use_graphs else None
+        room = p + len(owner) + b * max((r.request.config.max_new_tokens for r in rows), default=0)
+        replays = 0 if packed is None else packed.replays
         while active:
+            if packed is not None and packed.failed is None:
+                step_owner = [-1 if r.done else k for k, r in enumerate(rows)]
+                logits = packed.logits([r.gen[-1] for r in rows], [r.next_seq + offset for r in rows], owner + step_owner, p, room)
+                if logits is not None:
+                    owner.extend(step_owner)
+                    seq.extend(r.next_seq for r in rows)
+                    self._take(rows, active, logits)
+                    active = [k for k in active if not rows[k].done]
+                    continue
             owner.extend(active)
             seq.extend(rows[k].next_seq for k in active)
             own = torch.tensor(owner, device=dev)
@@ -540,11 +537,36 @@ class PrefixReuser:
                 cache,
                 0,
             )[0]
-            greedy_step = logits.argmax(-1).tolist()
-            for j, k in enumerate(active):
-                rows[k].next_seq += 1
-                self._push(rows[k], int(greedy_step[j]), logits[j])
+            self._take(rows, active, logits, by_row=False)
             active = [k for k in active if not rows[k].done]
+        if packed is None or packed.replays == replays and packed.failed is None:
+            return None
+        return GRAPHS_USED if packed.failed is None else f"fallback: {packed.failed}"
+
+    def _take(self, rows: list[_Row], active: list[int], logits: Any, by_row: bool = True) -> None:
+        """One step's greedy token for each active row (``logits`` by row, or by active row)."""
+        greedy = logits.argmax(-1).tolist()
+        for j, k in enumerate(active):
+            at = k if by_row else j
+            rows[k].next_seq += 1
+            self._push(rows[k], int(greedy[at]), logits[at])
+
+    def _packed_steps(self, b: int) -> PackedSteps:
+        """The fixed-shape steps of chunks of ``b`` rows (made once per size)."""
+        steps = self.packed.get(b)
+        if steps is None:
+            torch, dev = self._torch, self.host.device
+            net, adapter, layout = self.host.net, self.adapter, self.layout
+
+            def forward(ids: Any, mask: Any, positions: Any) -> Any:
+                masks = dict.fromkeys(layout.windows, mask) if layout.mapping else mask
+                out = net(input_ids=ids, attention_mask=masks, position_ids=adapter.positions(positions), past_key_values=self._chunk_cache, use_cache=True)
+                return out.logits[0].to(torch.promote_types(out.logits.dtype, torch.float32))
+
+            capture = cuda_capture(torch, dev) if getattr(dev, "type", None) == "cuda" else eager_capture
+            dtype = net.get_input_embeddings().weight.dtype
+            steps = self.packed[b] = PackedSteps(torch, self._arena, b, forward, dtype, dev, capture)
+        return steps
 
     def _push(self, row: _Row, token: int, logits: Any) -> None:
         """Append one greedy token (and its logits when asked for) and mark the row done at the

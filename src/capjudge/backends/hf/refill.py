@@ -37,10 +37,10 @@ from typing import Any
 
 from capjudge.backends.base import Completion, ContextLengthError, Request
 from capjudge.backends.hf.adapters import adapter_for, attention_layout
+from capjudge.backends.hf.genconfig import generation_config_change
 from capjudge.backends.hf.graphs import USED as GRAPHS_USED
 from capjudge.backends.hf.graphs import GraphSteps, cuda_capture, eager_capture
 from capjudge.backends.hf.graphs import mode as graphs_mode
-from capjudge.backends.hf.prefix import generation_config_change
 from capjudge.backends.hf.prefix_host import PrefixHost
 from capjudge.backends.hf.slot_attention import grouped, plan_groups
 from capjudge.backends.hf.slots import SlotCache

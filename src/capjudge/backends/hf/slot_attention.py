@@ -105,10 +105,10 @@ def grouped(config: Any, groups: Sequence[Group], lengths: Sequence[int]) -> Ite
     Yields the plan (its ``calls``: the attention calls that used it)."""
     plan = Plan(tuple((a, b, int(max(lengths[a:b])) + 1) for a, b in groups))
     token = _PLAN.set(plan)
-    before = config._attn_implementation_internal
-    config._attn_implementation_internal = register()
+    before = config._attn_implementation
+    config._attn_implementation = register()
     try:
         yield plan
     finally:
-        config._attn_implementation_internal = before
+        config._attn_implementation = before
         _PLAN.reset(token)
