@@ -8,15 +8,23 @@ For K captions of one image this prints, per caption:
 (c) floor:     one prefix forward (system text, image, instructions up to the caption) plus the K
     suffix forwards, measured directly on the model (the fastest of: the suffixes as a padded
     batch over copies of the prefix cache, one by one, or packed into one masked sequence);
+(d) bandwidth floor: (c) plus the decoding steps of the answers (those of (a): one token per
+    unfinished caption per step, the first from the suffix forward; no more than capjudge took,
+    whose accepted answer draft yields tokens from the suffix forward), each reading the language
+    model's weights once and the keys and values of the prefix and the unfinished rows, at the
+    memory bandwidth measured with a device-to-device copy (``--bandwidth-gbs`` overrides;
+    ``benchmarks/_gpu.py``);
 
-with the ratios a/b and b/c and the peak memory of (a) and (b). Medians over ``--reps`` rounds, each
-round timing every variant once in turn (so that a noisy stretch slows all of them alike).
+with the ratios a/b, b/c and b/d and the peak memory of (a) and (b). Medians over ``--reps``
+rounds, each round timing every variant once in turn (so that a noisy stretch slows all of them
+alike).
 
 CPU (default): a tiny random LLaVA-1.5 at a size where compute dominates (hidden 512, 8 layers,
 576 image tokens), built into a temporary folder. ``--device cuda``: LLaVA-1.5-7B shapes (Llama
 hidden 4096, 32 layers, 32 heads, MLP 11008, vocab 32000; CLIP ViT-L/14-336: 1024 wide, 24 layers)
-with random weights in float16, built in memory. When llama-cpp-python is importable it also
-measures the llama.cpp backend's prefix reuse on the tiny GGUF model.
+with random weights in float16, initialised on the GPU (``benchmarks/_llava7b.py``). When
+llama-cpp-python is importable it also measures the llama.cpp backend's prefix reuse on the tiny
+GGUF model.
 
     python benchmarks/bench_judge.py                  # K = 1, 3, 5, 10, table
     python benchmarks/bench_judge.py --k 5 --json     # last line: one JSON object
@@ -46,6 +54,8 @@ from pathlib import Path
 from typing import Any
 
 from _arch_shapes import SHAPES  # benchmarks/ is on sys.path when a script runs
+from _gpu import bandwidth, decode_weight_bytes, kv_bytes_per_token
+from _llava7b import build_7b_shapes, hf_backend_on, tokenizer_folder
 from _machine import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,74 +136,9 @@ def build_cpu_model(directory: Path, hidden: int, layers: int, heads: int, vocab
     ~2000 gives prompt lengths close to LLaVA's own tokenizer (~140 text tokens, ~34 per caption)."""
     from capjudge.testing.tiny_llava import build_tiny_llava
 
-    return build_tiny_llava(directory, hidden_size=hidden, num_layers=layers, num_heads=heads, vocab_size=vocab)
-
-
-def build_7b_shapes(tokenizer_dir: Path, *, layers: int, vision_layers: int, dtype: Any, device: str) -> Any:
-    """A LLaVA-1.5-7B-shaped model with random weights (plus the tiny model's judge-like weights,
-    so that answers look like FLEUR answers), on ``device`` in ``dtype``.
-
-    Built on the CPU in ``dtype`` and moved; vocabulary rows past the tokenizer's never win the argmax.
-    """
-    import torch
-    from transformers import (
-        AutoTokenizer,
-        CLIPVisionConfig,
-        LlamaConfig,
-        LlavaConfig,
-        LlavaForConditionalGeneration,
+    return build_tiny_llava(
+        directory, hidden_size=hidden, num_layers=layers, num_heads=heads, vocab_size=vocab
     )
-
-    from capjudge.testing import tiny_llava
-
-    tok = AutoTokenizer.from_pretrained(tokenizer_dir)
-    text = LlamaConfig(
-        vocab_size=32000,
-        hidden_size=4096,
-        intermediate_size=11008,
-        num_hidden_layers=layers,
-        num_attention_heads=32,
-        num_key_value_heads=32,
-        max_position_embeddings=4096,
-        rms_norm_eps=1e-5,
-        bos_token_id=tok.bos_token_id,
-        eos_token_id=tok.eos_token_id,
-        pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=False,
-    )
-    vision = CLIPVisionConfig(
-        image_size=336, patch_size=14, hidden_size=1024, intermediate_size=4096, num_hidden_layers=vision_layers, num_attention_heads=16, projection_dim=768
-    )
-    config = LlavaConfig(
-        vision_config=vision,
-        text_config=text,
-        image_token_index=tok.convert_tokens_to_ids("<image>"),
-        image_seq_length=576,
-        vision_feature_layer=-2,
-        vision_feature_select_strategy="default",
-        projector_hidden_act="gelu",
-    )
-    torch.manual_seed(0)
-    model = LlavaForConditionalGeneration._from_config(config, dtype=torch.float32).eval()
-    tiny_llava._make_judge_like(model, tok, 4096 // 32, 0)
-    tiny_llava.strengthen_judge_signal(model, tok)
-    with torch.no_grad():
-        emb = model.model.language_model.embed_tokens.weight
-        n_tok = len(tok)
-        const = ((emb[:n_tok] == 1.0).all(0)).nonzero().flatten()  # the constant "bias" dimension
-        w = model.lm_head.weight
-        w[n_tok:] = 0.0
-        if len(const):
-            w[n_tok:, int(const[0])] = -8.0
-    return model.to(device=device, dtype=dtype)
-
-
-def attach(backend: Any, net: Any) -> None:
-    """Replace an HFBackend's network (benchmark only) and rebuild its prefix-reuse helper."""
-    from capjudge.backends.hf.prefix import PrefixReuser
-
-    backend.net = net.eval()
-    backend._prefix = PrefixReuser(backend)
 
 
 # ----------------------------------------------------------------------------- timing
@@ -208,7 +153,9 @@ def timed(fn: Callable[[], Any], torch: Any, cuda: bool) -> float:
     return time.perf_counter() - t0
 
 
-def _greedy_new_ids(net: Any, inputs: Any, max_new_tokens: int, pad_token_id: int | None) -> list[int]:
+def _greedy_new_ids(
+    net: Any, inputs: Any, max_new_tokens: int, pad_token_id: int | None
+) -> list[int]:
     """One full greedy ``generate`` with scores (as FLEUR's code calls it); the new token ids."""
     import torch
 
@@ -225,7 +172,9 @@ def _greedy_new_ids(net: Any, inputs: Any, max_new_tokens: int, pad_token_id: in
     return out.sequences[0, inputs["input_ids"].shape[1] :].tolist()
 
 
-def reference_style(backend: Any, image: Path, captions: Sequence[str], max_new_tokens: int) -> list[Any]:
+def reference_style(
+    backend: Any, image: Path, captions: Sequence[str], max_new_tokens: int
+) -> list[Any]:
     """FLEUR's code path: for each caption, preprocess and run one full ``generate`` with scores."""
     from PIL import Image
 
@@ -245,7 +194,9 @@ def reference_style(backend: Any, image: Path, captions: Sequence[str], max_new_
     return outs
 
 
-def reference_generic(backend: Any, judge: Any, image: Path, captions: Sequence[str], max_new_tokens: int) -> list[Any]:
+def reference_generic(
+    backend: Any, judge: Any, image: Path, captions: Sequence[str], max_new_tokens: int
+) -> list[Any]:
     """FLEUR's code path on any architecture: for each caption, load the image, run the processor
     on the judge's prompt and one full ``generate`` with scores."""
 
@@ -254,7 +205,9 @@ def reference_generic(backend: Any, judge: Any, image: Path, captions: Sequence[
     net = backend.net
     outs = []
     for i, caption in enumerate(captions):
-        inputs = backend.encode([judge.requests.score_request(judge.prepare_sample(i, Sample(image, caption)))])
+        inputs = backend.encode(
+            [judge.requests.score_request(judge.prepare_sample(i, Sample(image, caption)))]
+        )
         outs.append(_greedy_new_ids(net, inputs, max_new_tokens, backend.tokenizer.pad_token_id))
     return outs
 
@@ -300,7 +253,9 @@ class Floor:
         cache, offset = self._prefix_forward()
         return [(layer.keys, layer.values) for layer in cache.layers], offset
 
-    def _suffix(self, layers: list[tuple[Any, Any]], offset: int, rows: Sequence[list[int]]) -> None:
+    def _suffix(
+        self, layers: list[tuple[Any, Any]], offset: int, rows: Sequence[list[int]]
+    ) -> None:
         from transformers import DynamicCache
 
         torch = self.backend._torch
@@ -314,8 +269,18 @@ class Floor:
             seg[k, width - len(r) :] = 1
             pos[k, width - len(r) :] = torch.arange(self.p, self.p + len(r))
         mask = torch.cat([torch.ones((b, self.p), dtype=torch.long), seg], dim=1)
-        cache = DynamicCache(ddp_cache_data=[(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in layers], config=self.backend.net.config)
-        self.backend.net(input_ids=ids.to(dev), attention_mask=mask.to(dev), position_ids=self.adapter.positions((pos + offset).to(dev)), past_key_values=cache, use_cache=True, logits_to_keep=1)
+        cache = DynamicCache(
+            ddp_cache_data=[(k.expand(b, -1, -1, -1), v.expand(b, -1, -1, -1)) for k, v in layers],
+            config=self.backend.net.config,
+        )
+        self.backend.net(
+            input_ids=ids.to(dev),
+            attention_mask=mask.to(dev),
+            position_ids=self.adapter.positions((pos + offset).to(dev)),
+            past_key_values=cache,
+            use_cache=True,
+            logits_to_keep=1,
+        )
 
     def batched(self) -> None:
         """Prefix, then the K suffixes in one batched forward."""
@@ -346,16 +311,27 @@ class Floor:
         with torch.inference_mode():
             _, offset = self._prefix_forward(self._arena.cache(0))
             ids = torch.tensor([[t for s in self.suffixes for t in s]], device=dev)
-            pos = torch.tensor([[self.p + j for s in self.suffixes for j in range(len(s))]], device=dev)
+            pos = torch.tensor(
+                [[self.p + j for s in self.suffixes for j in range(len(s))]], device=dev
+            )
             own = torch.tensor([k for k, s in enumerate(self.suffixes) for _ in s], device=dev)
             slot = torch.arange(len(own), device=dev)
             allowed = (own[:, None] == own[None, :]) & (slot[:, None] >= slot[None, :])
             mask = torch.zeros((1, 1, len(own), self.p + len(own)), dtype=dtype, device=dev)
             mask[0, 0, :, self.p :].masked_fill_(~allowed, torch.finfo(dtype).min)
-            net(input_ids=ids, attention_mask=mask, position_ids=self.adapter.positions(pos + offset), past_key_values=self._arena.cache(self.p), use_cache=True, logits_to_keep=1)
+            net(
+                input_ids=ids,
+                attention_mask=mask,
+                position_ids=self.adapter.positions(pos + offset),
+                past_key_values=self._arena.cache(self.p),
+                use_cache=True,
+                logits_to_keep=1,
+            )
 
 
-def interleaved_medians(fns: dict[str, Callable[[], Any]], reps: int, torch: Any, cuda: bool) -> dict[str, float]:
+def interleaved_medians(
+    fns: dict[str, Callable[[], Any]], reps: int, torch: Any, cuda: bool
+) -> dict[str, float]:
     """Median wall seconds of each function over ``reps`` rounds; every round calls each function
     once, in turn, so that a noisy stretch of a shared machine slows all of them alike."""
     times: dict[str, list[float]] = {name: [] for name in fns}
@@ -365,8 +341,31 @@ def interleaved_medians(fns: dict[str, Callable[[], Any]], reps: int, torch: Any
     return {name: statistics.median(ts) for name, ts in times.items()}
 
 
-def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
-    """The HF rows of the table, one per K."""
+def decode_floor_bytes(
+    prefix: int,
+    suffixes: Sequence[int],
+    answers: Sequence[int],
+    weight_bytes: int,
+    kv_bytes: int,
+    most: int | None = None,
+) -> tuple[int, int]:
+    """Decoding steps and the bytes they read, after the prefix and suffix forwards: K answers of
+    ``answers`` tokens decoded together, one token per unfinished answer per step (the first token
+    of each comes from its suffix forward), at most ``most`` steps (the steps capjudge took: its
+    answer draft, accepted, yields tokens from the suffix forward); step t reads the weights once,
+    the shared prefix's keys and values once, and each unfinished row's suffix and t answer tokens."""
+    steps = max(answers, default=1) - 1
+    if most is not None:
+        steps = min(steps, most)
+    total = 0
+    for t in range(1, steps + 1):
+        active = [s for s, n in zip(suffixes, answers, strict=True) if n - 1 >= t]
+        total += weight_bytes + kv_bytes * (prefix + sum(s + t for s in active))
+    return steps, total
+
+
+def bench_hf(args: argparse.Namespace) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The HF rows of the table, one per K, and the bandwidth floor's constants."""
     import torch
 
     from capjudge import Judge, Sample
@@ -374,6 +373,8 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
 
     cuda = args.device.startswith("cuda")
     tmp = Path(tempfile.mkdtemp(prefix="capjudge-bench-"))
+    # measured before the model takes the memory
+    bw, bw_source = bandwidth(torch, args.device, args.bandwidth_gbs)
     reference: Callable[[Path, Sequence[str]], Any]
     if args.arch != "llava":  # another architecture at its 7B model's image shapes (_arch_shapes)
         from _arch_shapes import build_arch_model
@@ -382,21 +383,47 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
 
         t0 = time.perf_counter()
         model_dir = build_arch_model(args.arch, tmp / args.arch)
-        print(f"built the {args.arch} benchmark model in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-        backend = HFBackend(str(model_dir), device=args.device, chat_format=ARCHITECTURES[args.arch].chat_format, prefix_reuse=True)
-    elif cuda:
-        model_dir = build_cpu_model(tmp / "tok", 64, 1, 4, args.vocab)  # processor and tokenizer only
-        backend = HFBackend(str(model_dir), device=args.device, dtype="float16", prefix_reuse=True)
+        print(
+            f"built the {args.arch} benchmark model in {time.perf_counter() - t0:.0f} s",
+            file=sys.stderr,
+        )
+        backend = HFBackend(
+            str(model_dir),
+            device=args.device,
+            chat_format=ARCHITECTURES[args.arch].chat_format,
+            prefix_reuse=True,
+        )
+    elif args.preset == "7b":  # LLaVA-1.5-7B shapes (on the CPU a smoke test: use --layers 1 or 2)
+        dtype = "float16" if cuda else "float32"
+        model_dir = tokenizer_folder(tmp / "tok", args.vocab)  # processor and tokenizer only
         t0 = time.perf_counter()
-        attach(backend, build_7b_shapes(model_dir, layers=args.layers or 32, vision_layers=args.vision_layers or 24, dtype=torch.float16, device=args.device))
-        print(f"built 7B-shaped model in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
-    elif args.preset == "7b":  # the 7B code path on the CPU (smoke test; use --layers 2)
-        model_dir = build_cpu_model(tmp / "tok", 64, 1, 4, args.vocab)
-        backend = HFBackend(str(model_dir), device="cpu", prefix_reuse=True)
-        attach(backend, build_7b_shapes(model_dir, layers=args.layers or 2, vision_layers=args.vision_layers or 2, dtype=torch.float32, device="cpu"))
+        net = build_7b_shapes(
+            model_dir,
+            layers=args.layers or (32 if cuda else 2),
+            vision_layers=args.vision_layers or (24 if cuda else 2),
+            dtype=getattr(torch, dtype),
+            device=args.device,
+        )
+        print(f"built the 7B-shaped model in {time.perf_counter() - t0:.0f} s", file=sys.stderr)
+        backend = hf_backend_on(net, model_dir, device=args.device, dtype=dtype, prefix_reuse=True)
     else:
-        model_dir = build_cpu_model(tmp / "tiny", args.hidden, args.layers or 8, args.heads, args.vocab)
-        backend = HFBackend(str(model_dir), device="cpu", prefix_reuse=True)  # judge-like at any size
+        model_dir = build_cpu_model(
+            tmp / "tiny", args.hidden, args.layers or 8, args.heads, args.vocab
+        )
+        backend = HFBackend(
+            str(model_dir), device=args.device, prefix_reuse=True
+        )  # judge-like at any size
+    w_bytes, kv_bytes = decode_weight_bytes(backend.net), kv_bytes_per_token(backend.net)
+    constants = {
+        "bandwidth_gbs": bw,
+        "bandwidth_source": bw_source,
+        "weight_bytes_per_step": w_bytes,
+        "kv_bytes_per_token": kv_bytes,
+    }
+    print(
+        f"memory bandwidth {bw:.0f} GB/s ({bw_source}); a decoding step reads {w_bytes / 1e9:.2f} GB of weights + {kv_bytes / 2**10:.0f} KiB per token of context",
+        file=sys.stderr,
+    )
     judge = Judge("fleur", backend, batch_size=max(args.k) * 2)
     max_new = judge.method.max_new_tokens
     if args.arch == "llava":
@@ -428,16 +455,34 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
         t_f1, t_fp = med.get("one_by_one", t_fb), med.get("packed", t_fb)
         t_floor = min(t_fb, t_f1, t_fp)
         with PeakMemory(torch, args.device) as m_ref:
-            reference(image, caps)
+            # each answer's new tokens, end of sequence included
+            answers = [len(ids) for ids in reference(image, caps)]
+        stats = backend.prefix_stats
+        before = (stats.forwards, stats.groups) if stats is not None else (0, 0)
         with PeakMemory(torch, args.device) as m_cj:
             results = capjudge(image, caps)
         smoothed = sum(1 for r in results if r.smoothed)
+        # capjudge's own decoding steps: its packed forwards less one suffix forward per image
+        # (one chunk per image for K <= 32); None where the prefix path did not run (K = 1)
+        cj_steps = (
+            (stats.forwards - before[0]) - (stats.groups - before[1])
+            if stats is not None and stats.groups > before[1]
+            else None
+        )
+        steps, decode_bytes = decode_floor_bytes(
+            floor.p, [len(s) for s in floor.suffixes], answers, w_bytes, kv_bytes, cj_steps
+        )
+        t_bw = t_floor + decode_bytes / (bw * 1e9)
         row = {
             "k": k,
             "reference_s_per_caption": t_ref / k,
             "capjudge_s_per_caption": t_cj / k,
             "floor_s_per_caption": t_floor / k,
-            "floor_variants_s_per_caption": {"padded_batch": t_fb / k, "one_by_one": t_f1 / k, "packed": t_fp / k},
+            "floor_variants_s_per_caption": {
+                "padded_batch": t_fb / k,
+                "one_by_one": t_f1 / k,
+                "packed": t_fp / k,
+            },
             "speedup_vs_reference": t_ref / t_cj,
             "ratio_to_floor": t_cj / t_floor,
             "peak_mib_reference": m_ref.mib,
@@ -446,15 +491,21 @@ def bench_hf(args: argparse.Namespace) -> list[dict[str, Any]]:
             "prefix_tokens": floor.p,
             "image_tokens": floor.image_tokens,
             "smoothed": f"{smoothed}/{k}",
+            "bandwidth_floor_s_per_caption": t_bw / k,
+            "ratio_to_bandwidth_floor": t_cj / t_bw,
+            "decode_steps": steps,
+            "capjudge_decode_steps": cj_steps,
+            "answer_tokens": max(answers),
         }
         rows.append(row)
         print(
             f"K={k:>2}  ref {row['reference_s_per_caption']:.3f}  capjudge {row['capjudge_s_per_caption']:.3f}  "
-            f"floor {row['floor_s_per_caption']:.3f} s/caption  a/b {row['speedup_vs_reference']:.2f}  b/c {row['ratio_to_floor']:.2f}",
+            f"floor {row['floor_s_per_caption']:.3f}  bandwidth floor {row['bandwidth_floor_s_per_caption']:.3f} s/caption  "
+            f"a/b {row['speedup_vs_reference']:.2f}  b/c {row['ratio_to_floor']:.2f}  b/d {row['ratio_to_bandwidth_floor']:.2f}",
             file=sys.stderr,
         )
     backend.close()
-    return rows
+    return rows, constants
 
 
 def bench_llamacpp(args: argparse.Namespace) -> dict[str, Any] | None:
@@ -477,7 +528,13 @@ def bench_llamacpp(args: argparse.Namespace) -> dict[str, Any] | None:
     cfg = GenerationConfig(max_new_tokens=16, top_logprobs=20)
 
     def req(img: Any, cap: str) -> Request:
-        return Request((Message("system", LLAVA_V1_SYSTEM), Message("user", tpl.render(caption=cap), images=(img,))), cfg)
+        return Request(
+            (
+                Message("system", LLAVA_V1_SYSTEM),
+                Message("user", tpl.render(caption=cap), images=(img,)),
+            ),
+            cfg,
+        )
 
     caps = [CAPTIONS[i % len(CAPTIONS)] for i in range(k)]
     be.generate([req(imgs[1], caps[0])])  # warm-up
@@ -495,7 +552,13 @@ def bench_llamacpp(args: argparse.Namespace) -> dict[str, Any] | None:
             t0 = time.perf_counter()
             outs = fn()
             times.append(time.perf_counter() - t0)
-            reused.append(statistics.mean(o.meta.get("reused_prompt_tokens", 0) for o in outs if not isinstance(o, BaseException)))
+            reused.append(
+                statistics.mean(
+                    o.meta.get("reused_prompt_tokens", 0)
+                    for o in outs
+                    if not isinstance(o, BaseException)
+                )
+            )
         return statistics.median(times) / k, statistics.median(reused)
 
     t_same, r_same = per_caption(same_image)
@@ -526,17 +589,51 @@ def machine(device: str) -> str:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print the table (and, with ``--json``, one JSON line last)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--k", default="1,3,5,10", help="captions per image, comma-separated (default 1,3,5,10)")
-    ap.add_argument("--reps", type=int, default=5, help="rounds; each round times every variant once, in turn; medians are reported")
-    ap.add_argument("--device", default="cpu", help="cpu (tiny model) or cuda (LLaVA-1.5-7B shapes)")
-    ap.add_argument("--arch", choices=["llava", *ARCH_CHOICES], default="llava", help="model architecture: llava (the tiny LLaVA-1.5 or its 7B shapes) or a 7B model's image shapes with scaled-down layers (see benchmarks/_arch_shapes.py)")
-    ap.add_argument("--preset", choices=["tiny", "7b"], default=None, help="model shapes (default: tiny on CPU, 7b on CUDA)")
+    ap.add_argument(
+        "--k", default="1,3,5,10", help="captions per image, comma-separated (default 1,3,5,10)"
+    )
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=5,
+        help="rounds; each round times every variant once, in turn; medians are reported",
+    )
+    ap.add_argument(
+        "--device", default="cpu", help="cpu (tiny model) or cuda (LLaVA-1.5-7B shapes)"
+    )
+    ap.add_argument(
+        "--arch",
+        choices=["llava", *ARCH_CHOICES],
+        default="llava",
+        help="model architecture: llava (the tiny LLaVA-1.5 or its 7B shapes) or a 7B model's image shapes with scaled-down layers (see benchmarks/_arch_shapes.py)",
+    )
+    ap.add_argument(
+        "--preset",
+        choices=["tiny", "7b"],
+        default=None,
+        help="model shapes (default: tiny on CPU, 7b on CUDA)",
+    )
     ap.add_argument("--hidden", type=int, default=512, help="tiny model: text hidden size")
-    ap.add_argument("--layers", type=int, default=None, help="text layers (tiny default 8, 7b default 32)")
+    ap.add_argument(
+        "--layers", type=int, default=None, help="text layers (tiny default 8, 7b default 32)"
+    )
     ap.add_argument("--heads", type=int, default=8, help="tiny model: attention heads")
-    ap.add_argument("--vocab", type=int, default=2000, help="tokenizer vocabulary to train (2000: prompt lengths close to LLaVA's tokenizer; the tests use 600)")
-    ap.add_argument("--vision-layers", type=int, default=None, help="7b preset: CLIP layers (default 24)")
+    ap.add_argument(
+        "--vocab",
+        type=int,
+        default=2000,
+        help="tokenizer vocabulary to train (2000: prompt lengths close to LLaVA's tokenizer; the tests use 600)",
+    )
+    ap.add_argument(
+        "--vision-layers", type=int, default=None, help="7b preset: CLIP layers (default 24)"
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    ap.add_argument(
+        "--bandwidth-gbs",
+        type=float,
+        default=None,
+        help="memory bandwidth in GB/s for the bandwidth floor (default: measured, a device-to-device copy)",
+    )
     ap.add_argument("--no-llamacpp", action="store_true", help="skip the llama.cpp measurement")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = ap.parse_args(argv)
@@ -548,7 +645,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    rows = bench_hf(args)
+    rows, constants = bench_hf(args)
     llama = None if args.no_llamacpp else bench_llamacpp(args)
 
     where = machine(args.device)
@@ -558,11 +655,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         shape = f"{arch.title} image shapes ({arch.bench}), random weights, {dtype}"
         tokens = f"{rows[0]['image_tokens']} image tokens"
     else:
-        shape = f"LLaVA-1.5-7B shapes ({args.layers or (32 if args.device.startswith('cuda') else 2)} layers), random weights, {dtype}" if args.preset == "7b" else f"tiny LLaVA, hidden {args.hidden}, {args.layers or 8} layers, {args.heads} heads, float32"
+        shape = (
+            f"LLaVA-1.5-7B shapes ({args.layers or (32 if args.device.startswith('cuda') else 2)} layers), random weights, {dtype}"
+            if args.preset == "7b"
+            else f"tiny LLaVA, hidden {args.hidden}, {args.layers or 8} layers, {args.heads} heads, float32"
+        )
         tokens = "576 image tokens"
     print(f"\nFLEUR, {tokens}, {shape}; {where}; median of {args.reps}")
-    print("| K | reference s/caption (a) | capjudge s/caption (b) | floor s/caption (c) | a/b | b/c | peak MiB ref | peak MiB capjudge | smoothed |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print(
+        "| K | reference s/caption (a) | capjudge s/caption (b) | floor s/caption (c) | a/b | b/c | peak MiB ref | peak MiB capjudge | smoothed | bandwidth floor s/caption (d) | b/d |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
 
     def mib(x: float | None) -> str:
         return "n/a" if x is None else f"{x:.0f}"
@@ -570,7 +673,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     for r in rows:
         print(
             f"| {r['k']} | {r['reference_s_per_caption']:.3f} | {r['capjudge_s_per_caption']:.3f} | {r['floor_s_per_caption']:.3f} | "
-            f"{r['speedup_vs_reference']:.2f} | {r['ratio_to_floor']:.2f} | {mib(r['peak_mib_reference'])} | {mib(r['peak_mib_capjudge'])} | {r['smoothed']} |"
+            f"{r['speedup_vs_reference']:.2f} | {r['ratio_to_floor']:.2f} | {mib(r['peak_mib_reference'])} | {mib(r['peak_mib_capjudge'])} | {r['smoothed']} | "
+            f"{r['bandwidth_floor_s_per_caption']:.3f} | {r['ratio_to_bandwidth_floor']:.2f} |"
         )
     if llama:
         print(
@@ -581,7 +685,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     if args.json:
         main_row = next((r for r in rows if r["k"] == 5), rows[-1])
-        print(json.dumps({**main_row, "arch": args.arch, "device": where, "model": shape, "reps": args.reps, "rows": rows, "llamacpp": llama}, default=float))
+        print(
+            json.dumps(
+                {
+                    **main_row,
+                    "arch": args.arch,
+                    "device": where,
+                    "model": shape,
+                    "reps": args.reps,
+                    **constants,
+                    "rows": rows,
+                    "llamacpp": llama,
+                },
+                default=float,
+            )
+        )
     return 0
 
 

@@ -35,11 +35,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from _llava7b import build_7b_shapes, hf_backend_on, tokenizer_folder
 from bench_judge import (
     CAPTIONS,
     Floor,
-    attach,
-    build_7b_shapes,
     build_cpu_model,
     interleaved_medians,
     machine,
@@ -80,16 +79,28 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     cuda = args.device.startswith("cuda")
     tmp = Path(tempfile.mkdtemp(prefix="capjudge-bench-reward-"))
     if cuda:
-        model_dir = build_cpu_model(tmp / "tok", 64, 1, 4, args.vocab)
-        backend = HFBackend(str(model_dir), device=args.device, dtype="float16", prefix_reuse=True)
-        attach(backend, build_7b_shapes(model_dir, layers=args.layers or 32, vision_layers=24, dtype=torch.float16, device=args.device))
+        model_dir = tokenizer_folder(tmp / "tok", args.vocab)  # processor and tokenizer only
+        net = build_7b_shapes(
+            model_dir,
+            layers=args.layers or 32,
+            vision_layers=24,
+            dtype=torch.float16,
+            device=args.device,
+        )
+        backend = hf_backend_on(
+            net, model_dir, device=args.device, dtype="float16", prefix_reuse=True
+        )
     else:
-        model_dir = build_cpu_model(tmp / "tiny", args.hidden, args.layers or 8, args.heads, args.vocab)
+        model_dir = build_cpu_model(
+            tmp / "tiny", args.hidden, args.layers or 8, args.heads, args.vocab
+        )
         backend = HFBackend(str(model_dir), device="cpu", prefix_reuse=True)
     reward = make_reward("fleur", backend, batch_size=max(64, args.b * args.g))
     judge: Any = reward.judge
     pics = images(tmp, args.b)
-    caps = [[CAPTIONS[(j * args.g + k) % len(CAPTIONS)] for k in range(args.g)] for j in range(args.b)]
+    caps = [
+        [CAPTIONS[(j * args.g + k) % len(CAPTIONS)] for k in range(args.g)] for j in range(args.b)
+    ]
     completions = [c for group in caps for c in group]
     column = [str(p) for p in pics for _ in range(args.g)]
     n = len(completions)
@@ -98,7 +109,11 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         return reward(prompts=[PROMPT] * n, completions=completions, image=column)
 
     def one_by_one() -> list[float | None]:
-        return [x for c, i in zip(completions, column) for x in reward(prompts=[PROMPT], completions=[c], image=[i])]
+        return [
+            x
+            for c, i in zip(completions, column)
+            for x in reward(prompts=[PROMPT], completions=[c], image=[i])
+        ]
 
     from capjudge import Sample
 
@@ -125,7 +140,14 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
     stats.reset()
     grouped()
     prefix_passes = stats.prefix_forwards
-    fns = {"reward": grouped, "judge": judge_alone, "one_by_one": one_by_one, "floor_batched": floor_of("batched"), "floor_one_by_one": floor_of("one_by_one"), "floor_packed": floor_of("packed")}
+    fns = {
+        "reward": grouped,
+        "judge": judge_alone,
+        "one_by_one": one_by_one,
+        "floor_batched": floor_of("batched"),
+        "floor_one_by_one": floor_of("one_by_one"),
+        "floor_packed": floor_of("packed"),
+    }
     med = interleaved_medians(fns, args.reps, torch, cuda)
     t_floor = min(med["floor_batched"], med["floor_one_by_one"], med["floor_packed"])
     backend.close()
@@ -135,7 +157,9 @@ def bench(args: argparse.Namespace) -> dict[str, Any]:
         "reward_s_per_completion": med["reward"] / n,
         "one_by_one_s_per_completion": med["one_by_one"] / n,
         "floor_s_per_completion": t_floor / n,
-        "floor_variants_s_per_completion": {k.removeprefix("floor_"): v / n for k, v in med.items() if k.startswith("floor_")},
+        "floor_variants_s_per_completion": {
+            k.removeprefix("floor_"): v / n for k, v in med.items() if k.startswith("floor_")
+        },
         "judge_s_per_completion": med["judge"] / n,
         "ratio_to_floor": med["reward"] / t_floor,
         "ratio_to_judge": med["reward"] / med["judge"],
@@ -152,13 +176,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the benchmark and print the table (and, with ``--json``, one JSON line last)."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--b", type=int, default=2, help="images per reward call (default 2)")
-    ap.add_argument("--g", type=int, default=8, help="completions per image (GRPO's num_generations; default 8)")
-    ap.add_argument("--reps", type=int, default=5, help="rounds; each round times every variant once, in turn; medians are reported")
-    ap.add_argument("--device", default="cpu", help="cpu (tiny model) or cuda (LLaVA-1.5-7B shapes)")
+    ap.add_argument(
+        "--g", type=int, default=8, help="completions per image (GRPO's num_generations; default 8)"
+    )
+    ap.add_argument(
+        "--reps",
+        type=int,
+        default=5,
+        help="rounds; each round times every variant once, in turn; medians are reported",
+    )
+    ap.add_argument(
+        "--device", default="cpu", help="cpu (tiny model) or cuda (LLaVA-1.5-7B shapes)"
+    )
     ap.add_argument("--hidden", type=int, default=512, help="tiny model: text hidden size")
-    ap.add_argument("--layers", type=int, default=None, help="text layers (tiny default 8, cuda default 32)")
+    ap.add_argument(
+        "--layers", type=int, default=None, help="text layers (tiny default 8, cuda default 32)"
+    )
     ap.add_argument("--heads", type=int, default=8, help="tiny model: attention heads")
-    ap.add_argument("--vocab", type=int, default=2000, help="tokenizer vocabulary to train (2000: prompt lengths close to LLaVA's tokenizer)")
+    ap.add_argument(
+        "--vocab",
+        type=int,
+        default=2000,
+        help="tokenizer vocabulary to train (2000: prompt lengths close to LLaVA's tokenizer)",
+    )
     ap.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     ap.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     args = ap.parse_args(argv)
@@ -170,10 +210,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     row = bench(args)
     where = machine(args.device)
-    shape = "LLaVA-1.5-7B shapes, random weights, float16" if args.device.startswith("cuda") else f"tiny LLaVA, hidden {args.hidden}, {args.layers or 8} layers, {args.heads} heads, float32"
-    print(f"\nFLEUR reward, B={row['b']} images x G={row['g']} completions per call, {row['image_tokens']} image tokens, "
-          f"{row['prefix_tokens']:.0f} prefix + {row['suffix_tokens']:.0f} suffix tokens; {shape}; {where}; median of {args.reps}")
-    print("| B x G | reward s/completion (a) | one by one s/completion (b) | floor s/completion (c) | a/c | b/a | a / Judge.score_many | prefix passes per call | scored |")
+    shape = (
+        "LLaVA-1.5-7B shapes, random weights, float16"
+        if args.device.startswith("cuda")
+        else f"tiny LLaVA, hidden {args.hidden}, {args.layers or 8} layers, {args.heads} heads, float32"
+    )
+    print(
+        f"\nFLEUR reward, B={row['b']} images x G={row['g']} completions per call, {row['image_tokens']} image tokens, "
+        f"{row['prefix_tokens']:.0f} prefix + {row['suffix_tokens']:.0f} suffix tokens; {shape}; {where}; median of {args.reps}"
+    )
+    print(
+        "| B x G | reward s/completion (a) | one by one s/completion (b) | floor s/completion (c) | a/c | b/a | a / Judge.score_many | prefix passes per call | scored |"
+    )
     print("|---|---|---|---|---|---|---|---|---|")
     print(
         f"| {row['b']} x {row['g']} | {row['reward_s_per_completion']:.4f} | {row['one_by_one_s_per_completion']:.4f} | {row['floor_s_per_completion']:.4f} | "
@@ -181,7 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     print(f"({time.perf_counter() - t0:.0f} s in all)", file=sys.stderr)
     if args.json:
-        print(json.dumps({**row, "device": where, "model": shape, "reps": args.reps}, default=float))
+        print(
+            json.dumps({**row, "device": where, "model": shape, "reps": args.reps}, default=float)
+        )
     return 0
 
 
