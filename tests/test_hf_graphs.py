@@ -47,8 +47,28 @@ def test_fixed_shape_steps_equal_one_plain_forward_in_float64(endless_model: Pat
         out = be.generate(reqs)
         steps = be._refill.graph_steps if be._refill else None
         assert steps is not None and steps.failed is None
-        assert steps.captures == 2 and sorted(steps.graphs) == [256, 512]  # one per bucket, reused
+        # one graph per combination of the 3 row groups' buckets (rows longest first), reused
+        assert steps.row_groups == ((0, 1), (1, 2), (2, 3)) and steps.captures == len(steps.graphs) >= 2
+        assert all(list(key) == sorted(key, reverse=True) and set(key) <= {256, 512} for key in steps.graphs)
+        assert (512, 256, 256) in steps.graphs  # the longest row past 256 columns, the others not
         assert steps.replays == be._refill.forwards and be._refill.grouped_calls == 0
+        assert all(c.meta["decode_graphs"] == "used" for c in out)
+        _check_exact(be, reqs, out)
+    finally:
+        be.close()
+
+
+def test_past_the_graph_limit_new_shapes_run_eagerly(endless_model: Path, example_images: list[Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    from capjudge.backends.hf import graphs
+
+    monkeypatch.setattr(graphs, "MAX_GRAPHS", 1)
+    be = HFBackend(str(endless_model), dtype="float64", batch_size=3, thinking_budget=0, decode_graphs="on")
+    try:
+        reqs = requests_of(example_images, LENGTHS)
+        out = be.generate(reqs)
+        steps = be._refill.graph_steps if be._refill else None
+        assert steps is not None and steps.failed is None and len(steps.graphs) == 1
+        assert 0 < steps.replays < be._refill.forwards  # the other steps: eager
         assert all(c.meta["decode_graphs"] == "used" for c in out)
         _check_exact(be, reqs, out)
     finally:

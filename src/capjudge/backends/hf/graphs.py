@@ -31,6 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from capjudge.backends.hf.slot_attention import planned
 from capjudge.backends.hf.slots import SlotCache
 from capjudge.backends.options import OptionError
 from capjudge.core.redact import get_logger
@@ -42,6 +43,12 @@ MODES = ("auto", "on", "off")
 
 BUCKET_MIN = 256
 """The smallest column bucket of a captured step."""
+
+ROW_GROUPS = 4
+"""Fixed row ranges of a slot-refill graph step, each attending over its own bucket of columns."""
+
+MAX_GRAPHS = 48
+"""Captured slot-refill steps kept per call (combinations of the row groups' buckets)."""
 
 USED = "used"
 """``Completion.meta["decode_graphs"]`` of an answer whose steps were replayed graphs."""
@@ -113,18 +120,18 @@ class _Captured:
     def __init__(self, torch: Any, dtype: Any, device: Any, capture: Capture) -> None:
         self.torch, self.dtype, self.device, self.capture = torch, dtype, device, capture
         self.lowest = torch.finfo(dtype).min
-        self.graphs: dict[int, Callable[[], Any]] = {}
+        self.graphs: dict[Any, Callable[[], Any]] = {}
         self.buffers: tuple[int, ...] = ()  # the buffers the graphs read (data pointers)
         self.failed: str | None = None  # why graphs were given up (the caller goes on eagerly)
         self.replays = 0
         self.captures = 0
 
-    def _replay(self, width: int, step: Callable[[int], Callable[[], Any]], rows: int) -> Any:
-        """The step of ``width`` columns replayed (captured and checked the first time; its
-        first ``rows`` outputs); None when capture failed or differs."""
-        replay = self.graphs.get(width)
+    def _replay(self, key: Any, step: Callable[[Any], Callable[[], Any]], rows: int) -> Any:
+        """The step of shape ``key`` (its columns) replayed (captured and checked the first time;
+        its first ``rows`` outputs); None when capture failed or differs."""
+        replay = self.graphs.get(key)
         if replay is None:
-            fn = step(width)
+            fn = step(key)
             try:
                 expected = fn()[:rows].clone()  # the same inputs write the same keys: harmless
                 replay = self.capture(fn)
@@ -135,7 +142,7 @@ class _Captured:
             scale = max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
             if not (bool((got.argmax(-1) == expected.argmax(-1)).all()) and float((got - expected).abs().max()) <= 1e-3 * scale):
                 return self._give_up("replayed step differs from the eager step")
-            self.graphs[width] = replay
+            self.graphs[key] = replay
         self.replays += 1
         return replay()[:rows]
 
@@ -150,42 +157,58 @@ class GraphSteps(_Captured):
 
     ``forward(ids, mask, positions)`` runs the model's step on the cache and returns its last
     position's logits, at least float32 (the refiller's forward with the adapter's positions and
-    masks)."""
+    masks). With ``grouped`` (SDPA attention), the rows (longest first) are cut into
+    :data:`ROW_GROUPS` fixed ranges, each attending over its own bucket of columns
+    (:func:`~capjudge.backends.hf.slot_attention.planned`), so short rows do not read the longest
+    row's columns; a graph is captured per combination of buckets met (at most :data:`MAX_GRAPHS`;
+    beyond that a new combination's step runs eagerly)."""
 
-    def __init__(self, torch: Any, kv: SlotCache, slots: int, forward: Callable[[Any, Any, Any], Any], dtype: Any, device: Any, capture: Capture) -> None:
+    def __init__(self, torch: Any, kv: SlotCache, slots: int, forward: Callable[[Any, Any, Any], Any], dtype: Any, device: Any, capture: Capture, *, config: Any = None, grouped: bool = False) -> None:
         super().__init__(torch, dtype, device, capture)
-        self.kv, self.slots, self.forward = kv, int(slots), forward
+        self.kv, self.slots, self.forward, self.config = kv, int(slots), forward, config
         self.ids = torch.zeros((self.slots, 1), dtype=torch.long, device=device)
         self.positions = torch.zeros((self.slots, 1), dtype=torch.long, device=device)
         self.columns = torch.zeros((self.slots,), dtype=torch.long, device=device)
         self.rows = torch.arange(self.slots, device=device)
+        n = min(ROW_GROUPS, self.slots) if grouped and config is not None else 1
+        self.row_groups = tuple((self.slots * g // n, self.slots * (g + 1) // n) for g in range(n))
 
     def logits(self, tokens: Sequence[int], lengths: Sequence[int], positions: Sequence[int]) -> Any:
-        """The next-token logits ``(m, vocab)`` of the ``m`` busy rows (rows ``0..m-1``), each
-        writing its new key at column ``lengths[k]`` and reading columns ``0..lengths[k]``; None
-        when graphs failed (:attr:`failed` says why)."""
+        """The next-token logits ``(m, vocab)`` of the ``m`` busy rows (rows ``0..m-1``, longest
+        first), each writing its new key at column ``lengths[k]`` and reading columns
+        ``0..lengths[k]``; None when this step ran no graph (graphs failed: :attr:`failed` says why;
+        or one more would pass :data:`MAX_GRAPHS`)."""
         torch, pad = self.torch, self.slots - len(lengths)
         first = self.kv.layers[0]
         buffers = (first.buf_k.data_ptr(), first.buf_v.data_ptr())
         if buffers != self.buffers:  # new or grown buffers: the graphs read the old ones
             self.graphs.clear()
             self.buffers = buffers
-        staged = torch.tensor([list(tokens) + [0] * pad, list(positions) + [0] * pad, list(lengths) + [0] * pad], dtype=torch.long)
+        every = list(lengths) + [0] * pad
+        key = tuple(bucket(max(every[a:b]) + 1, self.kv.capacity) for a, b in self.row_groups)
+        if key not in self.graphs and len(self.graphs) >= MAX_GRAPHS:
+            return None
+        staged = torch.tensor([list(tokens) + [0] * pad, list(positions) + [0] * pad, every], dtype=torch.long)
         staged = staged.to(self.device)
         self.ids[:, 0].copy_(staged[0])
         self.positions[:, 0].copy_(staged[1])
         self.columns.copy_(staged[2])
-        return self._replay(bucket(max(lengths) + 1, self.kv.capacity), self._step, len(lengths))
+        return self._replay(key, self._step, len(lengths))
 
-    def _step(self, width: int) -> Callable[[], Any]:
+    def _step(self, key: tuple[int, ...]) -> Callable[[], Any]:
         torch = self.torch
+        width = max(key)
         span = torch.arange(width, device=self.device)[None, None, None, :]
+        plan = tuple((a, b, w) for (a, b), w in zip(self.row_groups, key))
 
         def step() -> Any:
             mask = torch.full((self.slots, 1, 1, width), self.lowest, dtype=self.dtype, device=self.device)
             mask.masked_fill_(span <= self.columns[:, None, None, None], 0.0)
             self.kv.step(self.slots, self.columns, width, self.rows)
-            return self.forward(self.ids, mask, self.positions)
+            if len(plan) == 1:
+                return self.forward(self.ids, mask, self.positions)
+            with planned(self.config, plan):
+                return self.forward(self.ids, mask, self.positions)
 
         return step
 

@@ -244,7 +244,7 @@ class Refiller:
         self.graph_steps = None
         if self.use_graphs:
             capture = cuda_capture(torch, dev) if getattr(dev, "type", None) == "cuda" else eager_capture
-            self.graph_steps = GraphSteps(torch, kv, slots, forward, dtype, dev, capture)
+            self.graph_steps = GraphSteps(torch, kv, slots, forward, dtype, dev, capture, config=self.text_config, grouped=self.grouping)
         groups: tuple[tuple[int, int], ...] = ()
         while busy:
             m = len(busy)

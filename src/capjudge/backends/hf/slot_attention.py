@@ -98,12 +98,17 @@ def register() -> str:
     return NAME
 
 
-@contextlib.contextmanager
-def grouped(config: Any, groups: Sequence[Group], lengths: Sequence[int]) -> Iterator[Plan]:
+def grouped(config: Any, groups: Sequence[Group], lengths: Sequence[int]) -> contextlib.AbstractContextManager[Plan]:
     """Within the block, the attention layers of ``config`` (the text config) compute the rows in
     ``groups``, each over the columns of its longest row (its length + 1, the new token included).
     Yields the plan (its ``calls``: the attention calls that used it)."""
-    plan = Plan(tuple((a, b, int(max(lengths[a:b])) + 1) for a, b in groups))
+    return planned(config, tuple((a, b, int(max(lengths[a:b])) + 1) for a, b in groups))
+
+
+@contextlib.contextmanager
+def planned(config: Any, groups: tuple[tuple[int, int, int], ...]) -> Iterator[Plan]:
+    """:func:`grouped` with each group's columns given: ``(start, stop, columns)``."""
+    plan = Plan(groups)
     token = _PLAN.set(plan)
     before = config._attn_implementation
     config._attn_implementation = register()
