@@ -140,6 +140,17 @@ def _inner_model(net: Any) -> Any:
     return inner if hasattr(inner, "get_rope_index") else net
 
 
+def text_decoder(net: Any) -> tuple[Any, Any] | None:
+    """The language model inside a vision-language model and its output head, for decoding steps
+    that feed text tokens only (the wrapper's image merging has nothing to do there); None where
+    the wrapper does more to text (a final logit soft-cap or scale) or the parts are not found."""
+    text = getattr(net.config, "text_config", net.config)
+    if getattr(text, "final_logit_softcapping", None) or getattr(text, "logit_scale", None) not in (None, 1, 1.0):
+        return None
+    lm, head = getattr(getattr(net, "model", None), "language_model", None), getattr(net, "lm_head", None)
+    return None if lm is None or head is None else (lm, head)
+
+
 _PREFIX_LM = (
     "prefix-LM attention: the whole prompt, caption included, is attended bidirectionally, so the "
     "tokens before the caption depend on it and are not a shared prefix"

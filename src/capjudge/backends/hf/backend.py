@@ -446,16 +446,18 @@ class HFBackend(Backend):
             k = max(1, min(cfg.top_logprobs, logp.shape[-1]))
             top_lp, top_id = logp.topk(k, dim=-1)
             chosen = logp.gather(1, torch.tensor(kept, device=logp.device).unsqueeze(1)).squeeze(1)
-            digits = logp[:, self.digit_ids] if self.digit_ids is not None else None
+            digits = logp[:, self.digit_ids].tolist() if self.digit_ids is not None else None
             pieces = self.tokenizer.convert_ids_to_tokens(kept)
+            # Whole tensors to Python at once (a long answer has thousands of steps).
+            top_pieces = self.tokenizer.convert_ids_to_tokens(top_id.flatten().tolist())
+            chosen_lp, top_lps = chosen.tolist(), top_lp.tolist()
             for t in range(n):
-                top_pieces = self.tokenizer.convert_ids_to_tokens(top_id[t].tolist())
                 steps.append(
                     TokenStep(
                         token=pieces[t],
-                        logprob=float(chosen[t]),
-                        top=tuple(zip(top_pieces, (float(x) for x in top_lp[t].tolist()))),
-                        digits=tuple(float(x) for x in digits[t].tolist()) if digits is not None else None,
+                        logprob=chosen_lp[t],
+                        top=tuple(zip(top_pieces[t * k : (t + 1) * k], top_lps[t])),
+                        digits=tuple(digits[t]) if digits is not None else None,
                     )
                 )
         return Completion(

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from capjudge.backends.base import Completion, ContextLengthError, Request
-from capjudge.backends.hf.adapters import adapter_for, attention_layout
+from capjudge.backends.hf.adapters import adapter_for, attention_layout, text_decoder
 from capjudge.backends.hf.genconfig import generation_config_change
 from capjudge.backends.hf.graphs import USED as GRAPHS_USED
 from capjudge.backends.hf.graphs import GraphSteps, cuda_capture, eager_capture
@@ -183,7 +183,7 @@ class Refiller:
         token = int(logits.argmax()) if token is None else token
         slot.gen.append(token)
         if slot.request.config.top_logprobs > 0:
-            slot.logits.append(logits.clone())
+            slot.logits.append(logits)  # a fresh tensor every step (graph outputs are copied first)
         if token in self.host.eos_ids or len(slot.gen) >= slot.request.config.max_new_tokens or rule_reached(slot.request, slot.gen, self.host.tokenizer):
             slot.done = True
 
@@ -237,9 +237,14 @@ class Refiller:
         dtype = self.host.net.get_input_embeddings().weight.dtype
         lowest = torch.finfo(dtype).min
 
+        decoder = text_decoder(self.host.net)
+
         def forward(ids: Any, mask: Any, positions: Any) -> Any:
-            out = self.host.net(input_ids=ids, attention_mask=self._masks(mask), position_ids=self.adapter.positions(positions), past_key_values=kv.cache, use_cache=True)
-            return self._float(out.logits[:, -1])
+            kwargs = {"input_ids": ids, "attention_mask": self._masks(mask), "position_ids": self.adapter.positions(positions), "past_key_values": kv.cache, "use_cache": True}
+            if decoder is None:
+                return self._float(self.host.net(**kwargs).logits[:, -1])
+            lm, head = decoder  # text tokens only: the language model and its head, not the wrapper
+            return self._float(head(lm(**kwargs).last_hidden_state[:, -1]))
 
         self.graph_steps = None
         if self.use_graphs:
@@ -252,6 +257,7 @@ class Refiller:
             logits = None
             if self.graph_steps is not None and self.graph_steps.failed is None:
                 logits = self.graph_steps.logits([s.gen[-1] for s in busy], lengths, [s.length + s.offset for s in busy])
+                logits = None if logits is None else logits.clone()  # the graph rewrites its output
             if logits is None:
                 if not groups:  # rows changed: plan again
                     groups = plan_groups(lengths) if self.grouping else ((0, m),)
