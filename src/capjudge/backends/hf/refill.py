@@ -261,20 +261,19 @@ class Refiller:
             if logits is None:
                 if not groups:  # rows changed: plan again
                     groups = plan_groups(lengths) if self.grouping else ((0, m),)
-                columns = torch.tensor(lengths, device=dev)
+                staged = torch.tensor([lengths, [s.length + s.offset for s in busy], [s.gen[-1] for s in busy]], device=dev)
+                columns, positions, ids = staged[0], staged[1, :, None], staged[2, :, None]
                 width = max(lengths) + 1
                 mask = torch.full((m, 1, 1, width), lowest, dtype=dtype, device=dev)
                 mask.masked_fill_(torch.arange(width, device=dev)[None, None, None, :] <= columns[:, None, None, None], 0.0)
-                positions = torch.tensor([[s.length + s.offset] for s in busy], device=dev)
-                ids = torch.tensor([[s.gen[-1]] for s in busy], device=dev)
                 kv.step(m, columns, width)
                 with grouped(self.text_config, groups, lengths) as plan:
                     logits = forward(ids, mask, positions)
                 self.grouped_calls += plan.calls
             self.forwards += 1
-            for k, (s, token) in enumerate(zip(busy, logits.argmax(-1).tolist())):
+            for s, row, token in zip(busy, logits.unbind(0), logits.argmax(-1).tolist()):
                 s.length += 1
-                self._push(s, logits[k], token)
+                self._push(s, row, token)
             if any(s.done for s in busy):
                 self._drop_finished(busy, kv, out)
                 self._refill_rows(busy, kv, queue, requests, slots, capacity, out)
