@@ -48,9 +48,10 @@ def test_fixed_shape_steps_equal_one_plain_forward_in_float64(endless_model: Pat
         steps = be._refill.graph_steps if be._refill else None
         assert steps is not None and steps.failed is None
         # one graph per combination of the 3 row groups' buckets (rows longest first), reused
-        assert steps.row_groups == ((0, 1), (1, 2), (2, 3)) and steps.captures == len(steps.graphs) >= 2
-        assert all(list(key) == sorted(key, reverse=True) and set(key) <= {256, 512} for key in steps.graphs)
-        assert (512, 256, 256) in steps.graphs  # the longest row past 256 columns, the others not
+        assert steps.row_groups == ((0, 1), (1, 2), (2, 3)) and steps.captures == len(set(steps.shapes)) >= 2
+        assert all(list(key) == sorted(key, reverse=True) and set(key) <= {256, 512} for key in steps.shapes)
+        assert (512, 256, 256) in steps.shapes  # the longest row past 256 columns, the others not
+        assert steps.graphs == {} and steps.kv is None  # released after the call: buffers freed
         assert steps.replays == be._refill.forwards and be._refill.grouped_calls == 0
         assert all(c.meta["decode_graphs"] == "used" for c in out)
         _check_exact(be, reqs, out)
@@ -67,7 +68,7 @@ def test_past_the_graph_limit_new_shapes_run_eagerly(endless_model: Path, exampl
         reqs = requests_of(example_images, LENGTHS)
         out = be.generate(reqs)
         steps = be._refill.graph_steps if be._refill else None
-        assert steps is not None and steps.failed is None and len(steps.graphs) == 1
+        assert steps is not None and steps.failed is None and len(steps.shapes) == 1
         assert 0 < steps.replays < be._refill.forwards  # the other steps: eager
         assert all(c.meta["decode_graphs"] == "used" for c in out)
         _check_exact(be, reqs, out)

@@ -125,6 +125,7 @@ class _Captured:
         self.failed: str | None = None  # why graphs were given up (the caller goes on eagerly)
         self.replays = 0
         self.captures = 0
+        self.shapes: list[Any] = []  # the shapes captured, in order
 
     def _replay(self, key: Any, step: Callable[[Any], Callable[[], Any]], rows: int) -> Any:
         """The step of shape ``key`` (its columns) replayed (captured and checked the first time;
@@ -139,12 +140,18 @@ class _Captured:
             except Exception as exc:  # noqa: BLE001 - any capture failure: decode eagerly
                 return self._give_up(f"capture failed ({type(exc).__name__}: {str(exc)[:200]})")
             self.captures += 1
+            self.shapes.append(key)
             scale = max(1.0, float(expected.abs().max())) if expected.numel() else 1.0
             if not (bool((got.argmax(-1) == expected.argmax(-1)).all()) and float((got - expected).abs().max()) <= 1e-3 * scale):
                 return self._give_up("replayed step differs from the eager step")
             self.graphs[key] = replay
         self.replays += 1
         return replay()[:rows]
+
+    def release(self) -> None:
+        """Drop the graphs and what they read (the counters, :attr:`shapes` and :attr:`failed` stay)."""
+        self.graphs.clear()
+        self.buffers = ()
 
     def _give_up(self, why: str) -> None:
         self.failed = why
@@ -173,14 +180,19 @@ class GraphSteps(_Captured):
         n = min(ROW_GROUPS, self.slots) if grouped and config is not None else 1
         self.row_groups = tuple((self.slots * g // n, self.slots * (g + 1) // n) for g in range(n))
 
+    def release(self) -> None:
+        """After the call: the graphs, the key/value buffers and the model step let go."""
+        super().release()
+        self.kv = None  # type: ignore[assignment]
+        self.forward = None  # type: ignore[assignment]
+
     def logits(self, tokens: Sequence[int], lengths: Sequence[int], positions: Sequence[int]) -> Any:
         """The next-token logits ``(m, vocab)`` of the ``m`` busy rows (rows ``0..m-1``, longest
         first), each writing its new key at column ``lengths[k]`` and reading columns
         ``0..lengths[k]``; None when this step ran no graph (graphs failed: :attr:`failed` says why;
         or one more would pass :data:`MAX_GRAPHS`)."""
         torch, pad = self.torch, self.slots - len(lengths)
-        first = self.kv.layers[0]
-        buffers = (first.buf_k.data_ptr(), first.buf_v.data_ptr())
+        buffers = tuple(x for layer in self.kv.layers for x in (layer.buf_k.data_ptr(), layer.buf_v.data_ptr(), layer.buf_k.shape[-2]))
         if buffers != self.buffers:  # new or grown buffers: the graphs read the old ones
             self.graphs.clear()
             self.buffers = buffers

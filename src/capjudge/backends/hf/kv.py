@@ -127,9 +127,9 @@ class KVArena:
             layer.peak = max(layer.peak, layer.length)
 
     def buffers(self) -> tuple[int, ...]:
-        """The buffers' addresses (a fixed-shape graph reads them: it must be captured again
-        after they move)."""
-        return tuple(layer.buf_k.data_ptr() for layer in self._layers if layer.buf_k is not None)
+        """The buffers' addresses and sizes (a fixed-shape graph reads them: it must be captured
+        again after they move or grow, even where a new buffer reuses an old address)."""
+        return tuple(x for layer in self._layers if layer.buf_k is not None for x in (layer.buf_k.data_ptr(), layer.buf_v.data_ptr(), layer.buf_k.shape[-2]))
 
     @property
     def length(self) -> int:

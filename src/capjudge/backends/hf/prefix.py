@@ -407,6 +407,8 @@ class PrefixReuser:
         """Free the key/value buffers kept between calls."""
         self._arena.release()
         self._head = ()
+        for steps in self.packed.values():
+            steps.release()
 
     def _learn_draft(self, rows: Sequence[_Row]) -> None:
         """The longest start shared by more than half of the chunk's answers (end of sequence

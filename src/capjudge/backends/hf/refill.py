@@ -278,6 +278,8 @@ class Refiller:
                 self._drop_finished(busy, kv, out)
                 self._refill_rows(busy, kv, queue, requests, slots, capacity, out)
                 groups = ()
+        if self.graph_steps is not None:
+            self.graph_steps.release()  # the buffers are the call's (counters stay for the record)
 
     def _drop_finished(self, busy: list[_Slot], kv: SlotCache, out: RefillOutcome) -> None:
         """Answer the finished rows and close the gaps (the others move up, keeping their order)."""
