@@ -56,7 +56,7 @@ from typing import Any
 from _arch_shapes import SHAPES  # benchmarks/ is on sys.path when a script runs
 from _gpu import bandwidth, decode_weight_bytes, kv_bytes_per_token
 from _llava7b import build_7b_shapes, hf_backend_on, tokenizer_folder
-from _machine import cpu_name
+from _machine import add_reps_and_device, cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
@@ -592,15 +592,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--k", default="1,3,5,10", help="captions per image, comma-separated (default 1,3,5,10)"
     )
-    ap.add_argument(
-        "--reps",
-        type=int,
-        default=5,
-        help="rounds; each round times every variant once, in turn; medians are reported",
-    )
-    ap.add_argument(
-        "--device", default="cpu", help="cpu (tiny model) or cuda (LLaVA-1.5-7B shapes)"
-    )
+    add_reps_and_device(ap)
     ap.add_argument(
         "--arch",
         choices=["llava", *ARCH_CHOICES],

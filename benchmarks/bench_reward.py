@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from _llava7b import build_7b_shapes, hf_backend_on, tokenizer_folder
+from _machine import add_reps_and_device
 from bench_judge import (
     CAPTIONS,
     Floor,
@@ -179,15 +180,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument(
         "--g", type=int, default=8, help="completions per image (GRPO's num_generations; default 8)"
     )
-    ap.add_argument(
-        "--reps",
-        type=int,
-        default=5,
-        help="rounds; each round times every variant once, in turn; medians are reported",
-    )
-    ap.add_argument(
-        "--device", default="cpu", help="cpu (tiny model) or cuda (LLaVA-1.5-7B shapes)"
-    )
+    add_reps_and_device(ap)
     ap.add_argument("--hidden", type=int, default=512, help="tiny model: text hidden size")
     ap.add_argument(
         "--layers", type=int, default=None, help="text layers (tiny default 8, cuda default 32)"
