@@ -233,6 +233,7 @@ class Refiller:
         capacity = max(requests[i].config.max_new_tokens for i in mine) + 256
         kv = SlotCache(int(getattr(self.text_config, "num_hidden_layers", 0) or 0))
         busy: list[_Slot] = []  # busy[k] decodes in row k; rows longest first
+        self.graph_steps = None  # not the last call's: answers finished at their prefill say nothing
         self._refill_rows(busy, kv, queue, requests, slots, capacity, out)
         dtype = self.host.net.get_input_embeddings().weight.dtype
         lowest = torch.finfo(dtype).min
@@ -246,7 +247,6 @@ class Refiller:
             lm, head = decoder  # text tokens only: the language model and its head, not the wrapper
             return self._float(head(lm(**kwargs).last_hidden_state[:, -1]))
 
-        self.graph_steps = None
         if self.use_graphs:
             capture = cuda_capture(torch, dev) if getattr(dev, "type", None) == "cuda" else eager_capture
             self.graph_steps = GraphSteps(torch, kv, slots, forward, dtype, dev, capture, config=self.text_config, grouped=self.grouping)
