@@ -1,25 +1,29 @@
-"""Slot-refill decoding steps as CUDA graphs: fixed shapes, captured once, replayed.
+"""Decoding steps as CUDA graphs: fixed shapes, captured once, replayed (option ``decode_graphs``).
 
 A decoding step of a 7B model at a small batch is bound by kernel launches in eager mode (~20 ms a
 step on an H200 where the weights take ~3-4 ms to read): hundreds of small kernels, each launched
-from Python. :class:`GraphSteps` runs the steps of :mod:`capjudge.backends.hf.refill` at fixed
-shapes so that each can be captured once as a CUDA graph and replayed with one launch:
+from Python. :class:`GraphSteps` runs the steps of slot refill (:mod:`capjudge.backends.hf.refill`)
+at fixed shapes so that each can be captured once as a CUDA graph and replayed with one launch:
 
 * every step computes all ``slots`` rows of the :class:`~capjudge.backends.hf.slots.SlotCache`
-  (busy rows first, as the refiller keeps them; a free row decodes a dummy token at its column 0,
-  seen by no one, and its output is dropped);
-* attention reads a *bucket* of columns, the smallest power of two (at least
-  :data:`BUCKET_MIN`) holding the longest row, each row masked to its own columns; one graph per
-  bucket, captured the first time the bucket is needed;
+  (busy rows first, longest first, as the refiller keeps them; a free row decodes a dummy token at
+  its column 0, seen by no one, and its output is dropped);
+* the rows are cut into :data:`ROW_GROUPS` fixed ranges, each attending over a *bucket* of columns,
+  the smallest power of two (at least :data:`BUCKET_MIN`) holding the range's longest row, each row
+  masked to its own columns; one graph per combination of buckets met (at most :data:`MAX_GRAPHS`);
 * the inputs (tokens, positions, the column each row writes) are copied into tensors the graph
   reads; the mask is built inside the graph from the columns.
 
-Correctness is checked where it matters, on the device: the first step of every bucket is computed
+:class:`PackedSteps` does the same for the decoding steps of the packed prefix path
+(:mod:`capjudge.backends.hf.prefix`): all rows of a chunk every step, keys written at arena slots
+given as a tensor, one bucket of slots, the mask built inside the graph from the slots' owners.
+
+Correctness is checked where it matters, on the device: the first step of every shape is computed
 eagerly and by the freshly captured graph, and the graph is used only if both agree (the same
 greedy tokens, logits within a tolerance); otherwise, or if capture fails (an architecture whose
-forward synchronises with the host), the refiller goes on eagerly and the answers say why
-(``Completion.meta["decode_graphs"]``). A longer prompt that grows the key/value buffers drops the
-graphs (they read the old buffers) and they are captured again.
+forward synchronises with the host), decoding goes on eagerly and the answers say why
+(``Completion.meta["decode_graphs"]``). Buffers that move or grow drop the graphs (they read the old
+ones) and they are captured again.
 
 Without CUDA the same fixed-shape steps run with :func:`eager_capture`, which replays by calling
 the step again and writing into the captured output, the way a graph writes its outputs: the tests
