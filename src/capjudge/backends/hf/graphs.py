@@ -196,7 +196,7 @@ class GraphSteps(_Captured):
         ``0..lengths[k]``; None when this step ran no graph (graphs failed: :attr:`failed` says why;
         or one more would pass :data:`MAX_GRAPHS`)."""
         torch, pad = self.torch, self.slots - len(lengths)
-        buffers = tuple(x for layer in self.kv.layers for x in (layer.buf_k.data_ptr(), layer.buf_v.data_ptr(), layer.buf_k.shape[-2]))
+        buffers = self.kv.buffers()
         if buffers != self.buffers:  # new or grown buffers: the graphs read the old ones
             self.graphs.clear()
             self.buffers = buffers
@@ -212,14 +212,11 @@ class GraphSteps(_Captured):
         return self._replay(key, self._step, len(lengths))
 
     def _step(self, key: tuple[int, ...]) -> Callable[[], Any]:
-        torch = self.torch
         width = max(key)
-        span = torch.arange(width, device=self.device)[None, None, None, :]
         plan = tuple((a, b, w) for (a, b), w in zip(self.row_groups, key))
 
         def step() -> Any:
-            mask = torch.full((self.slots, 1, 1, width), self.lowest, dtype=self.dtype, device=self.device)
-            mask.masked_fill_(span <= self.columns[:, None, None, None], 0.0)
+            mask = self.kv.mask(self.columns, width, self.dtype)
             self.kv.step(self.slots, self.columns, width, self.rows)
             if len(plan) == 1:
                 return self.forward(self.ids, mask, self.positions)

@@ -84,6 +84,12 @@ def _layer_class() -> Any:
     return BufferLayer
 
 
+def buffer_key(layers: Any) -> tuple[int, ...]:
+    """Addresses and sizes of the layers' key/value buffers (those allocated): what a captured
+    graph reads, compared before it is replayed (a new buffer may reuse an old address)."""
+    return tuple(x for layer in layers if layer.buf_k is not None for x in (layer.buf_k.data_ptr(), layer.buf_v.data_ptr(), layer.buf_k.shape[-2]))
+
+
 class KVArena:
     """Per-layer key/value buffers (batch 1), reused from one forward, group and call to the next."""
 
@@ -129,7 +135,7 @@ class KVArena:
     def buffers(self) -> tuple[int, ...]:
         """The buffers' addresses and sizes (a fixed-shape graph reads them: it must be captured
         again after they move or grow, even where a new buffer reuses an old address)."""
-        return tuple(x for layer in self._layers if layer.buf_k is not None for x in (layer.buf_k.data_ptr(), layer.buf_v.data_ptr(), layer.buf_k.shape[-2]))
+        return buffer_key(self._layers)
 
     @property
     def length(self) -> int:

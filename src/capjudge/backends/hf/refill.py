@@ -236,7 +236,6 @@ class Refiller:
         self.graph_steps = None  # not the last call's: answers finished at their prefill say nothing
         self._refill_rows(busy, kv, queue, requests, slots, capacity, out)
         dtype = self.host.net.get_input_embeddings().weight.dtype
-        lowest = torch.finfo(dtype).min
 
         decoder = text_decoder(self.host.net)
 
@@ -264,8 +263,7 @@ class Refiller:
                 staged = torch.tensor([lengths, [s.length + s.offset for s in busy], [s.gen[-1] for s in busy]], device=dev)
                 columns, positions, ids = staged[0], staged[1, :, None], staged[2, :, None]
                 width = max(lengths) + 1
-                mask = torch.full((m, 1, 1, width), lowest, dtype=dtype, device=dev)
-                mask.masked_fill_(torch.arange(width, device=dev)[None, None, None, :] <= columns[:, None, None, None], 0.0)
+                mask = kv.mask(columns, width, dtype)
                 kv.step(m, columns, width)
                 with grouped(self.text_config, groups, lengths) as plan:
                     logits = forward(ids, mask, positions)

@@ -13,6 +13,8 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from capjudge.backends.hf.kv import buffer_key
+
 
 @functools.lru_cache(maxsize=1)
 def _slot_layer_class() -> Any:
@@ -113,6 +115,19 @@ class SlotCache:
         """Slot ``src``'s first ``n`` columns into slot ``dst``."""
         for layer in self.layers:
             layer.move(src, dst, n)
+
+    def buffers(self) -> tuple[int, ...]:
+        """The buffers' addresses and sizes (:func:`~capjudge.backends.hf.kv.buffer_key`)."""
+        return buffer_key(self.layers)
+
+    @staticmethod
+    def mask(columns: Any, width: int, dtype: Any) -> Any:
+        """Additive attention mask ``(rows, 1, 1, width)``: row ``r`` sees its columns
+        ``0..columns[r]`` (its new key included), none after."""
+        import torch
+
+        mask = torch.full((columns.shape[0], 1, 1, width), torch.finfo(dtype).min, dtype=dtype, device=columns.device)
+        return mask.masked_fill_(torch.arange(width, device=columns.device)[None, None, None, :] <= columns[:, None, None, None], 0.0)
 
     def step(self, rows: int, columns: Any, width: int, index: Any = None) -> Any:
         """The cache for a forward of ``rows`` rows writing at ``columns`` (``index``: the rows'
